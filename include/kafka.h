@@ -1,0 +1,45 @@
+/* kafka.h -- The idempotent producer: produce with a per-message delivery slot, serve reports, purge. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "util.h"
+
+/* Where a message's delivery report lands. The caller keeps it alive until reported. */
+struct kafka_delivery {
+        rd_kafka_resp_err_t err;
+        rd_kafka_msg_status_t status;
+        bool reported;
+};
+
+struct kafka {
+        rd_kafka_t *rk;
+        size_t pending;        /* delivery reports still to come */
+        bool fatal;            /* the producer hit a fatal error: stop and let systemd restart */
+        char fatal_reason[512];
+        char last_error[512];  /* newest client-level error (e.g. all brokers down), for logs */
+        bool last_error_new;
+};
+
+/* Creates the producer from `conf` (taken on success only, as rd_kafka_new() does). */
+int kafka_open(struct kafka *k, rd_kafka_conf_t *conf, char *err, size_t errsz);
+
+/* Flushes for at most `timeout`, purges what is left, destroys the producer. */
+void kafka_close(struct kafka *k, usec_t timeout);
+
+/* Enqueues one message. `headers` is taken on success. Waits for room while the local queue
+ * is full, but not past `deadline`. Returns the librdkafka error code (0 = enqueued). */
+rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key,
+                                  size_t key_len, const void *payload, size_t payload_len,
+                                  int64_t timestamp_ms, rd_kafka_headers_t *headers,
+                                  struct kafka_delivery *d, usec_t deadline);
+
+/* Serves delivery reports and client errors for up to timeout_ms. */
+void kafka_poll(struct kafka *k, int timeout_ms);
+
+/* Purges queued and in-flight messages and collects their reports (bounded). */
+void kafka_purge(struct kafka *k);

@@ -1,0 +1,90 @@
+/* pg.h -- The relay's PostgreSQL connection: connect with a deadline, LISTEN, claim and finish batches. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+#include "config.h"
+#include "util.h"
+
+/* One claimed row. Pointers point into the batch's PGresult and live until pg_batch_clear(). */
+struct pg_row {
+        int64_t id;
+        const char *topic;
+        const char *key; /* NULL = no key */
+        size_t key_len;
+        const char *payload; /* NULL = tombstone */
+        size_t payload_len;
+        int64_t timestamp_ms; /* created_at, milliseconds since the epoch */
+        int attempts;
+        const char *headers; /* "name\0value\0" pairs expanded by SQL; NULL = none */
+        size_t headers_len;
+        const char *map_error; /* why the row cannot become a message (bad headers); NULL = fine */
+};
+
+struct pg_batch {
+        PGresult *res;
+        struct pg_row *rows;
+        size_t n;
+};
+
+/* What to record about a row that was not delivered. */
+struct pg_failure {
+        int64_t id;
+        int attempts_inc;   /* 1 when the failure was the row's own, 0 for an outage */
+        bool dead;          /* park it in the dead-letter state */
+        const char *reason; /* stored in last_error */
+};
+
+struct pg {
+        PGconn *conn;
+        const struct relay_config *cfg; /* borrowed */
+        char *sql_claim;
+        char *sql_delete;
+        char *sql_mark;
+        char *sql_fail;
+        char *sql_retention;
+        char *sql_lag;
+        char *sql_listen;
+        bool in_tx;
+};
+
+/* Prepares the SQL texts for cfg's table and channel. No connection yet. */
+int pg_init(struct pg *pg, const struct relay_config *cfg);
+void pg_done(struct pg *pg);
+
+/* Connects without blocking past `deadline` (monotonic µs), sets the session timeouts and
+ * LISTENs. Returns 0, -ETIMEDOUT, or -ECONNREFUSED with libpq's message (password-free) in err. */
+int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz);
+void pg_disconnect(struct pg *pg);
+bool pg_connected(const struct pg *pg);
+
+/* The socket to poll for notifications, or -1. */
+int pg_socket(const struct pg *pg);
+
+/* Reads what the server sent and drains notifications. Returns the number of notifications
+ * (>= 0) or -ECONNRESET when the connection is gone. Never blocks. */
+int pg_consume_notifies(struct pg *pg);
+
+/* BEGIN and claim up to `limit` rows in id order, one round trip. The transaction stays open
+ * (pg->in_tx) when rows came back; an empty claim is committed at once. -ECONNRESET: connection
+ * lost; -ETIMEDOUT: deadline passed (the connection is then dropped). */
+int pg_claim(struct pg *pg, int limit, struct pg_batch *b, usec_t deadline, char *err, size_t errsz);
+void pg_batch_clear(struct pg_batch *b);
+
+/* Finishes the claimed rows and COMMITs, one round trip: deletes or marks `done`, records
+ * `fails`. On any error the transaction is gone and nothing was changed. */
+int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg_failure *fails,
+              size_t n_fails, usec_t deadline, char *err, size_t errsz);
+
+/* Rolls back an open transaction. Drops the connection if that fails. */
+void pg_rollback(struct pg *pg, usec_t deadline);
+
+/* finish = "mark": deletes up to `limit` marked rows older than the retention. Returns the count. */
+int pg_retention(struct pg *pg, int limit, usec_t deadline, char *err, size_t errsz);
+
+/* Age in µs of the oldest pending row (0 when none). */
+int pg_lag(struct pg *pg, usec_t *lag, usec_t deadline, char *err, size_t errsz);

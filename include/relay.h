@@ -1,0 +1,58 @@
+/* relay.h -- The relay loop: claim -> publish -> finish, wake on NOTIFY, reconnect, drain on stop. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backoff.h"
+#include "config.h"
+#include "kafka.h"
+#include "notify.h"
+#include "pg.h"
+#include "signals.h"
+
+enum relay_state {
+        RELAY_CONNECTING, /* no database connection; reconnecting with backoff */
+        RELAY_IDLE,       /* waiting for NOTIFY or the poll interval */
+        RELAY_BACKOFF,    /* the last batch failed transiently; waiting before the next */
+};
+
+struct relay_stats {
+        uint64_t published;
+        uint64_t dead_lettered;
+        uint64_t failed; /* row deliveries that failed and will be retried */
+        uint64_t batches;
+};
+
+struct relay {
+        const struct relay_config *cfg; /* borrowed; replaced on reload */
+        struct signal_flags *sig;
+        struct pg pg;
+        struct kafka kafka;
+        struct notifier notifier;
+        struct rng rng;
+        struct backoff db_backoff;
+        struct backoff batch_backoff;
+
+        enum relay_state state;
+        bool wake;              /* claim at once: notification or a full batch */
+        usec_t next_poll;       /* claim by then even without a notification */
+        usec_t retry_at;        /* no reconnect / no claim before then */
+        usec_t stop_at;         /* when the stop was requested, 0 = not yet */
+        usec_t next_summary;
+        usec_t next_status;
+        usec_t next_retention;
+        bool ready_sent;
+
+        struct relay_stats stats;
+        struct relay_stats last_summary;
+};
+
+/* Prepares the context; does not connect. */
+int relay_init(struct relay *r, const struct relay_config *cfg, struct signal_flags *sig);
+
+/* Runs until stopped. Returns 0 after a clean drain, -ECANCELED after a second signal,
+ * -ENOTRECOVERABLE after a fatal producer error, other -errno on setup failure. */
+int relay_run(struct relay *r);
+
+void relay_done(struct relay *r);

@@ -1,0 +1,106 @@
+/* kafka.c -- The idempotent producer: produce with a per-message delivery slot, serve reports, purge. */
+#include "kafka.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+        struct kafka *k = opaque;
+        struct kafka_delivery *d = m->_private;
+
+        (void)rk;
+        if (d) {
+                d->err = m->err;
+                d->status = rd_kafka_message_status(m);
+                d->reported = true;
+        }
+        if (k->pending)
+                k->pending--;
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
+        struct kafka *k = opaque;
+
+        if (err == RD_KAFKA_RESP_ERR__FATAL) {
+                char buf[400];
+
+                rd_kafka_fatal_error(rk, buf, sizeof(buf));
+                snprintf(k->fatal_reason, sizeof(k->fatal_reason), "%s", buf);
+                k->fatal = true;
+                return;
+        }
+        snprintf(k->last_error, sizeof(k->last_error), "%s: %s",
+                 rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+        k->last_error_new = true;
+}
+
+/* librdkafka's own log lines (broker state and the like) go to our log at their level; they
+ * arrive on librdkafka's threads, and log_msg() writes whole lines. */
+static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+        (void)rk;
+        log_msg(level < LOG_ERR ? LOG_ERR : level, "kafka: %s: %s", fac, buf);
+}
+
+int kafka_open(struct kafka *k, rd_kafka_conf_t *conf, char *err, size_t errsz) {
+        memset(k, 0, sizeof(*k));
+        rd_kafka_conf_set_opaque(conf, k);
+        rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+        rd_kafka_conf_set_error_cb(conf, on_error);
+        rd_kafka_conf_set_log_cb(conf, on_log);
+        k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errsz);
+        if (!k->rk)
+                return -EINVAL;
+        return 0;
+}
+
+void kafka_poll(struct kafka *k, int timeout_ms) {
+        if (k->rk)
+                rd_kafka_poll(k->rk, timeout_ms);
+}
+
+rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key,
+                                  size_t key_len, const void *payload, size_t payload_len,
+                                  int64_t timestamp_ms, rd_kafka_headers_t *headers,
+                                  struct kafka_delivery *d, usec_t deadline) {
+        memset(d, 0, sizeof(*d));
+        for (;;) {
+                rd_kafka_resp_err_t e = rd_kafka_producev(
+                        k->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
+                        RD_KAFKA_V_VALUE((void *)payload, payload_len),
+                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                        RD_KAFKA_V_TIMESTAMP(timestamp_ms), RD_KAFKA_V_HEADERS(headers),
+                        RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+
+                if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                        k->pending++;
+                        return e;
+                }
+                /* A full local queue is back-pressure, not an error: serve reports, try again. */
+                if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || now_usec() >= deadline)
+                        return e;
+                rd_kafka_poll(k->rk, 20);
+        }
+}
+
+void kafka_purge(struct kafka *k) {
+        usec_t until = now_usec() + 5 * USEC_PER_SEC;
+
+        if (!k->rk)
+                return;
+        rd_kafka_purge(k->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        while (k->pending && now_usec() < until)
+                rd_kafka_poll(k->rk, 50);
+}
+
+void kafka_close(struct kafka *k, usec_t timeout) {
+        if (!k->rk)
+                return;
+        rd_kafka_flush(k->rk, (int)(timeout / USEC_PER_MSEC));
+        if (rd_kafka_outq_len(k->rk) > 0)
+                kafka_purge(k);
+        rd_kafka_destroy(k->rk);
+        k->rk = NULL;
+}

@@ -1,0 +1,106 @@
+/* main.c -- Command line, configuration, exit codes; everything else lives in the library. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <sysexits.h>
+
+#include "config.h"
+#include "log.h"
+#include "relay.h"
+#include "signals.h"
+
+static void usage(FILE *f) {
+        fprintf(f,
+                "Usage: outbox-relay [OPTIONS]\n"
+                "Relays rows from a PostgreSQL outbox table to Apache Kafka.\n\n"
+                "  -c, --config FILE   configuration file (default %s)\n"
+                "      --check-config  validate the configuration and exit\n"
+                "  -h, --help          show this help\n"
+                "      --version       show the version\n\n"
+                "Exit status: 0 clean stop, 78 configuration error, 1 any other failure.\n",
+                CONFIG_DEFAULT_PATH);
+}
+
+int main(int argc, char **argv) {
+        enum { OPT_CHECK = 0x100, OPT_VERSION };
+        static const struct option options[] = {
+                {"config", required_argument, NULL, 'c'},
+                {"check-config", no_argument, NULL, OPT_CHECK},
+                {"help", no_argument, NULL, 'h'},
+                {"version", no_argument, NULL, OPT_VERSION},
+                {0},
+        };
+        const char *path = CONFIG_DEFAULT_PATH;
+        struct relay_config cfg = {0};
+        struct relay relay;
+        rd_kafka_conf_t *kconf;
+        bool check = false;
+        char err[1024];
+        int c, r;
+
+        setvbuf(stderr, NULL, _IOLBF, 0);
+        while ((c = getopt_long(argc, argv, "c:h", options, NULL)) >= 0) {
+                switch (c) {
+                case 'c':
+                        path = optarg;
+                        break;
+                case OPT_CHECK:
+                        check = true;
+                        break;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                case OPT_VERSION:
+                        printf("outbox-relay %s (librdkafka %s)\n", VERSION, rd_kafka_version_str());
+                        return 0;
+                default:
+                        usage(stderr);
+                        return EX_USAGE;
+                }
+        }
+        if (optind < argc) {
+                fprintf(stderr, "outbox-relay: unexpected argument '%s'\n", argv[optind]);
+                return EX_USAGE;
+        }
+
+        r = config_load(path, &cfg, err, sizeof(err));
+        if (r < 0) {
+                fprintf(stderr, "<3>outbox-relay: %s\n", err);
+                return EX_CONFIG;
+        }
+        kconf = config_kafka_conf(&cfg, err, sizeof(err));
+        if (!kconf) {
+                fprintf(stderr, "<3>outbox-relay: %s\n", err);
+                config_free(&cfg);
+                return EX_CONFIG;
+        }
+        rd_kafka_conf_destroy(kconf);
+        if (check) {
+                printf("%s: configuration is valid\n", path);
+                config_free(&cfg);
+                return 0;
+        }
+        log_set_level(cfg.log.level);
+
+        r = relay_init(&relay, &cfg, signals_install());
+        if (r < 0) {
+                log_error_errno(r, "cannot initialise");
+                config_free(&cfg);
+                return 1;
+        }
+        log_info("outbox-relay %s starting (librdkafka %s), table '%s'", VERSION,
+                 rd_kafka_version_str(), cfg.postgres.table);
+        r = relay_run(&relay);
+        relay_done(&relay);
+        config_free(&cfg);
+        if (r == -EINVAL)
+                return EX_CONFIG;
+        if (r < 0) {
+                if (r == -ECANCELED)
+                        log_notice("second stop signal: rolled back, exiting without draining");
+                return 1;
+        }
+        log_info("stopped");
+        return 0;
+}

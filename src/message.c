@@ -1,0 +1,92 @@
+/* message.c -- Row to Kafka message mapping and delivery-error classes; pure, no I/O. */
+#include "message.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+enum outcome message_classify(rd_kafka_resp_err_t err) {
+        switch (err) {
+        case RD_KAFKA_RESP_ERR_NO_ERROR:
+                return OUTCOME_OK;
+
+        /* The record itself is unacceptable: no retry can fix it. */
+        case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+        case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+        case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+        case RD_KAFKA_RESP_ERR_INVALID_MSG:
+        case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
+        case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
+                return OUTCOME_PERMANENT;
+
+        /* The topic or the cluster refuses us: an operator must act, the rows wait. */
+        case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+        case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+        case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+        case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+        case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+        case RD_KAFKA_RESP_ERR_TOPIC_DELETION_DISABLED:
+        case RD_KAFKA_RESP_ERR_INVALID_REQUIRED_ACKS:
+        case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+                return OUTCOME_CONFIG;
+
+        case RD_KAFKA_RESP_ERR__FATAL:
+        case RD_KAFKA_RESP_ERR__FENCED:
+        case RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE:
+        case RD_KAFKA_RESP_ERR__INCONSISTENT:
+                return OUTCOME_FATAL;
+
+        /* Timeouts, purges, transport, leader changes, NOT_ENOUGH_REPLICAS, queue full, …:
+         * librdkafka already retried what it could; the batch is retried later. */
+        default:
+                return OUTCOME_TRANSIENT;
+        }
+}
+
+const char *outcome_to_string(enum outcome o) {
+        switch (o) {
+        case OUTCOME_OK:
+                return "ok";
+        case OUTCOME_TRANSIENT:
+                return "transient";
+        case OUTCOME_PERMANENT:
+                return "permanent";
+        case OUTCOME_CONFIG:
+                return "configuration";
+        case OUTCOME_FATAL:
+                return "fatal";
+        }
+        return "?";
+}
+
+int message_headers(const char *buf, size_t len, int64_t id, rd_kafka_headers_t **out) {
+        rd_kafka_headers_t *h;
+        char idbuf[24];
+        size_t count = 1;
+
+        *out = NULL;
+        for (size_t i = 0; buf && i < len; i++)
+                count += buf[i] == 0;
+        if (buf && (len == 0 || buf[len - 1] != 0 || count % 2 == 0))
+                return -EBADMSG; /* pairs: an even number of NUL-terminated strings */
+        h = rd_kafka_headers_new(count / 2 + 1);
+        if (!h)
+                return -ENOMEM;
+        for (size_t i = 0; buf && i < len;) {
+                const char *name = buf + i;
+                size_t nlen = strlen(name);
+                const char *value = name + nlen + 1;
+                size_t vlen = strlen(value);
+
+                rd_kafka_header_add(h, name, (ssize_t)nlen, value, (ssize_t)vlen);
+                i += nlen + 1 + vlen + 1;
+        }
+        snprintf(idbuf, sizeof(idbuf), "%" PRId64, id);
+        rd_kafka_header_add(h, MESSAGE_ID_HEADER, -1, idbuf, -1);
+        *out = h;
+        return 0;
+}

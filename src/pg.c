@@ -1,0 +1,733 @@
+/* pg.c -- The relay's PostgreSQL connection: connect with a deadline, LISTEN, claim and finish batches. */
+#include "pg.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The claim: pending rows in id order, locked, with everything the message needs in the same
+ * round trip. Results come in binary so bytea arrives raw (no hex decoding in C). Headers are
+ * expanded here, not parsed in C: valid ones become "name\0value\0" pairs (jsonb strings cannot
+ * hold NUL, so NUL is a safe separator); invalid ones become a readable reason instead. */
+static const char claim_fmt[] =
+        "SELECT o.id, o.topic, o.key, o.payload,"
+        " floor(extract(epoch FROM o.created_at) * 1000)::int8, o.attempts,"
+        " CASE WHEN jsonb_typeof(o.headers) = 'object' THEN"
+        "  (SELECT string_agg(convert_to(h.key, 'UTF8') || '\\x00'::bytea ||"
+        "                     convert_to(h.value #>> '{}', 'UTF8') || '\\x00'::bytea, ''::bytea)"
+        "     FROM jsonb_each(o.headers) h) END,"
+        " CASE WHEN o.headers IS NULL OR jsonb_typeof(o.headers) = 'null' THEN NULL"
+        "  WHEN jsonb_typeof(o.headers) <> 'object' THEN"
+        "   format('headers must be a JSON object (got %%s)', jsonb_typeof(o.headers))"
+        "  ELSE (SELECT CASE WHEN h.key = 'outbox-id'"
+        "                 THEN 'header ''outbox-id'' is reserved for the relay'"
+        "                 ELSE format('header %%s must have a string value (got %%s)',"
+        "                             quote_literal(h.key), jsonb_typeof(h.value)) END"
+        "          FROM jsonb_each(o.headers) h"
+        "         WHERE jsonb_typeof(h.value) <> 'string' OR h.key = 'outbox-id' LIMIT 1) END"
+        " FROM %s o"
+        " WHERE o.published_at IS NULL AND o.dead_at IS NULL"
+        " ORDER BY o.id LIMIT $1"
+        " FOR UPDATE SKIP LOCKED";
+
+static const char delete_fmt[] = "DELETE FROM %s WHERE id = ANY($1::int8[])";
+static const char mark_fmt[] =
+        "UPDATE %s SET published_at = now(), last_error = NULL WHERE id = ANY($1::int8[])";
+static const char fail_fmt[] =
+        "UPDATE %s SET attempts = attempts + $2::int4, last_error = $3,"
+        " dead_at = CASE WHEN $4::bool THEN now() END WHERE id = ANY($1::int8[])";
+static const char retention_fmt[] =
+        "DELETE FROM %s WHERE id IN (SELECT id FROM %s WHERE published_at < now() - $1::interval"
+        " LIMIT $2)";
+static const char lag_fmt[] =
+        "SELECT coalesce(floor(extract(epoch FROM now() - min(created_at)) * 1000000), 0)::int8"
+        " FROM (SELECT created_at FROM %s WHERE published_at IS NULL AND dead_at IS NULL"
+        " ORDER BY id LIMIT 1) s";
+
+/* Quotes a possibly schema-qualified name ("s.t") part by part. */
+static char *quote_qualified(const char *name) {
+        char buf[256];
+        const char *dot = strchr(name, '.');
+        size_t n = 0;
+
+        buf[0] = 0;
+        for (const char *part = name; part;) {
+                size_t len = dot ? (size_t)(dot - part) : strlen(part);
+                char tmp[128];
+                int w;
+
+                if (len >= sizeof(tmp))
+                        return NULL;
+                memcpy(tmp, part, len);
+                tmp[len] = 0;
+                /* Same rule as PQescapeIdentifier, without needing a connection. */
+                w = snprintf(buf + n, sizeof(buf) - n, "%s\"", n ? "." : "");
+                n += (size_t)w;
+                for (size_t i = 0; i < len && n + 3 < sizeof(buf); i++) {
+                        if (tmp[i] == '"')
+                                buf[n++] = '"';
+                        buf[n++] = tmp[i];
+                }
+                if (n + 2 >= sizeof(buf))
+                        return NULL;
+                buf[n++] = '"';
+                buf[n] = 0;
+                part = dot ? dot + 1 : NULL;
+                dot = part ? strchr(part, '.') : NULL;
+        }
+        return strdup(buf);
+}
+
+static char *sql_printf(const char *fmt, const char *a, const char *b) _printf_(1, 0);
+static char *sql_printf(const char *fmt, const char *a, const char *b) {
+        char *s = NULL;
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+        if (asprintf(&s, fmt, a, b) < 0)
+                return NULL;
+#pragma GCC diagnostic pop
+        return s;
+}
+
+int pg_init(struct pg *pg, const struct relay_config *cfg) {
+        _cleanup_free_ char *table = NULL, *channel = NULL;
+
+        memset(pg, 0, sizeof(*pg));
+        pg->cfg = cfg;
+        table = quote_qualified(cfg->postgres.table);
+        channel = quote_qualified(cfg->postgres.channel);
+        if (!table || !channel)
+                return -EINVAL;
+        pg->sql_claim = sql_printf(claim_fmt, table, NULL);
+        pg->sql_delete = sql_printf(delete_fmt, table, NULL);
+        pg->sql_mark = sql_printf(mark_fmt, table, NULL);
+        pg->sql_fail = sql_printf(fail_fmt, table, NULL);
+        pg->sql_retention = sql_printf(retention_fmt, table, table);
+        pg->sql_lag = sql_printf(lag_fmt, table, NULL);
+        pg->sql_listen = sql_printf("LISTEN %s", channel, NULL);
+        if (!pg->sql_claim || !pg->sql_delete || !pg->sql_mark || !pg->sql_fail ||
+            !pg->sql_retention || !pg->sql_lag || !pg->sql_listen) {
+                pg_done(pg);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+void pg_done(struct pg *pg) {
+        pg_disconnect(pg);
+        free(pg->sql_claim);
+        free(pg->sql_delete);
+        free(pg->sql_mark);
+        free(pg->sql_fail);
+        free(pg->sql_retention);
+        free(pg->sql_lag);
+        free(pg->sql_listen);
+        memset(pg, 0, sizeof(*pg));
+}
+
+void pg_disconnect(struct pg *pg) {
+        if (pg->conn)
+                PQfinish(pg->conn);
+        pg->conn = NULL;
+        pg->in_tx = false;
+}
+
+bool pg_connected(const struct pg *pg) {
+        return pg->conn && PQstatus(pg->conn) == CONNECTION_OK && PQsocket(pg->conn) >= 0;
+}
+
+int pg_socket(const struct pg *pg) {
+        return pg->conn ? PQsocket(pg->conn) : -1;
+}
+
+/* libpq's messages end in a newline and may span lines; keep the first line. */
+static void set_err(char *err, size_t errsz, const char *what, const char *msg) {
+        size_t n;
+
+        if (!err || !errsz)
+                return;
+        snprintf(err, errsz, "%s%s%s", what, msg && *msg ? ": " : "", msg ? msg : "");
+        n = strcspn(err, "\n");
+        err[n] = 0;
+}
+
+static void conn_err(struct pg *pg, char *err, size_t errsz, const char *what) {
+        set_err(err, errsz, what, pg->conn ? PQerrorMessage(pg->conn) : NULL);
+}
+
+/* Waits until the socket is ready for `events` or the deadline passes. */
+static int wait_socket(struct pg *pg, short events, usec_t deadline) {
+        for (;;) {
+                usec_t now = now_usec();
+                struct pollfd p = {.fd = PQsocket(pg->conn), .events = events};
+                int r;
+
+                if (p.fd < 0)
+                        return -ECONNRESET;
+                if (now >= deadline)
+                        return -ETIMEDOUT;
+                r = poll(&p, 1, (int)((deadline - now + 999) / 1000));
+                if (r > 0)
+                        return 0;
+                if (r < 0 && errno != EINTR)
+                        return -errno;
+        }
+}
+
+/* Pushes the output buffer out (non-blocking mode). */
+static int flush_out(struct pg *pg, usec_t deadline) {
+        for (;;) {
+                int r = PQflush(pg->conn);
+
+                if (r == 0)
+                        return 0;
+                if (r < 0)
+                        return -ECONNRESET;
+                r = wait_socket(pg, POLLOUT | POLLIN, deadline);
+                if (r < 0)
+                        return r;
+                if (!PQconsumeInput(pg->conn))
+                        return -ECONNRESET;
+        }
+}
+
+/* Next result, waiting for it until the deadline. NULL with *rp set on failure. */
+static PGresult *next_result(struct pg *pg, usec_t deadline, int *rp) {
+        *rp = 0;
+        while (PQisBusy(pg->conn)) {
+                int r = wait_socket(pg, POLLIN, deadline);
+
+                if (r < 0) {
+                        *rp = r;
+                        return NULL;
+                }
+                if (!PQconsumeInput(pg->conn)) {
+                        *rp = -ECONNRESET;
+                        return NULL;
+                }
+        }
+        return PQgetResult(pg->conn);
+}
+
+/* Maps a failed result or connection to -errno; drops the connection when it is gone. */
+static int fail_conn(struct pg *pg, int r, char *err, size_t errsz, const char *what) {
+        if (r == -ETIMEDOUT)
+                set_err(err, errsz, what, "deadline passed, dropping the connection");
+        else
+                conn_err(pg, err, errsz, what);
+        /* After a timeout or a broken stream the protocol state is unknown: start afresh. The
+         * server rolls back whatever the connection had open. */
+        pg_disconnect(pg);
+        return r == -ETIMEDOUT ? r : -ECONNRESET;
+}
+
+/* Runs one statement outside pipeline mode and returns its (single) result. */
+static int exec_one(struct pg *pg, const char *sql, int nparams, const char *const *values,
+                    int result_format, usec_t deadline, PGresult **out, char *err, size_t errsz,
+                    const char *what) {
+        PGresult *res = NULL, *extra;
+        ExecStatusType st;
+        int r;
+
+        *out = NULL;
+        if (!PQsendQueryParams(pg->conn, sql, nparams, NULL, values, NULL, NULL, result_format))
+                return fail_conn(pg, -ECONNRESET, err, errsz, what);
+        r = flush_out(pg, deadline);
+        if (r < 0)
+                return fail_conn(pg, r, err, errsz, what);
+        res = next_result(pg, deadline, &r);
+        if (!res)
+                return fail_conn(pg, r ? r : -ECONNRESET, err, errsz, what);
+        while ((extra = next_result(pg, deadline, &r)))
+                PQclear(extra);
+        if (r < 0) {
+                PQclear(res);
+                return fail_conn(pg, r, err, errsz, what);
+        }
+        st = PQresultStatus(res);
+        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+                set_err(err, errsz, what, PQresultErrorMessage(res));
+                PQclear(res);
+                if (PQstatus(pg->conn) != CONNECTION_OK) {
+                        pg_disconnect(pg);
+                        return -ECONNRESET;
+                }
+                return -EIO;
+        }
+        *out = res;
+        return 0;
+}
+
+static int exec_simple(struct pg *pg, const char *sql, usec_t deadline, char *err, size_t errsz,
+                       const char *what) {
+        PGresult *res;
+        int r = exec_one(pg, sql, 0, NULL, 0, deadline, &res, err, errsz, what);
+
+        PQclear(res);
+        return r;
+}
+
+static void notice_sink(void *arg, const char *message) {
+        (void)arg;
+        (void)message; /* server notices (e.g. the FATAL before a termination) are not ours to log */
+}
+
+int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
+        const struct relay_config *cfg = pg->cfg;
+        char idle[32], ktimeout[32], stmt[32], itx[32];
+        char set_sql[256];
+        /* Our settings first, the user's conninfo last: what the user wrote wins. */
+        const char *keys[] = {"keepalives", "keepalives_idle", "keepalives_interval",
+                              "keepalives_count", "tcp_user_timeout", "fallback_application_name",
+                              "dbname", NULL};
+        const char *vals[] = {"1", idle, "5", "3", ktimeout, "outbox-relay",
+                              cfg->postgres.conninfo, NULL};
+        int r;
+
+        pg_disconnect(pg);
+        snprintf(idle, sizeof(idle), "%llu",
+                 (unsigned long long)(cfg->postgres.keepalives_idle > USEC_PER_SEC
+                                              ? cfg->postgres.keepalives_idle / USEC_PER_SEC
+                                              : 1));
+        snprintf(ktimeout, sizeof(ktimeout), "%llu",
+                 (unsigned long long)(cfg->postgres.tcp_user_timeout / USEC_PER_MSEC));
+        pg->conn = PQconnectStartParams(keys, vals, 1);
+        if (!pg->conn) {
+                set_err(err, errsz, "connecting", "out of memory");
+                return -ENOMEM;
+        }
+        if (PQstatus(pg->conn) == CONNECTION_BAD) {
+                conn_err(pg, err, errsz, "connecting");
+                pg_disconnect(pg);
+                return -ECONNREFUSED;
+        }
+        /* libpq ignores connect_timeout in PQconnectPoll(): the deadline is ours to keep. */
+        for (PostgresPollingStatusType st = PGRES_POLLING_WRITING;;) {
+                if (st == PGRES_POLLING_OK)
+                        break;
+                if (st == PGRES_POLLING_FAILED) {
+                        conn_err(pg, err, errsz, "connecting");
+                        pg_disconnect(pg);
+                        return -ECONNREFUSED;
+                }
+                r = wait_socket(pg, st == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline);
+                if (r < 0) {
+                        set_err(err, errsz, "connecting",
+                                r == -ETIMEDOUT ? "no connection within the connect timeout"
+                                                : strerror(-r));
+                        pg_disconnect(pg);
+                        return r == -ETIMEDOUT ? r : -ECONNREFUSED;
+                }
+                st = PQconnectPoll(pg->conn);
+        }
+        PQsetNoticeProcessor(pg->conn, notice_sink, NULL);
+        if (PQsetnonblocking(pg->conn, 1) != 0) {
+                conn_err(pg, err, errsz, "connecting");
+                pg_disconnect(pg);
+                return -ECONNREFUSED;
+        }
+        /* Session settings are re-applied on every (re)connect, so they survive reconnects. The
+         * idle-in-transaction backstop must outlast a whole batch, publish included. */
+        snprintf(stmt, sizeof(stmt), "%llu",
+                 (unsigned long long)(cfg->postgres.statement_timeout / USEC_PER_MSEC));
+        snprintf(itx, sizeof(itx), "%llu",
+                 (unsigned long long)((cfg->relay.batch_timeout * 2) / USEC_PER_MSEC));
+        snprintf(set_sql, sizeof(set_sql),
+                 "SELECT set_config('statement_timeout', '%s', false),"
+                 " set_config('idle_in_transaction_session_timeout', '%s', false)",
+                 stmt, itx);
+        r = exec_simple(pg, set_sql, deadline, err, errsz, "setting session timeouts");
+        if (r < 0) {
+                pg_disconnect(pg);
+                return r == -EIO ? -ECONNREFUSED : r;
+        }
+        r = exec_simple(pg, pg->sql_listen, deadline, err, errsz, "LISTEN");
+        if (r < 0) {
+                pg_disconnect(pg);
+                return r == -EIO ? -ECONNREFUSED : r;
+        }
+        return 0;
+}
+
+int pg_consume_notifies(struct pg *pg) {
+        PGnotify *n;
+        int count = 0;
+
+        if (!pg->conn)
+                return -ECONNRESET;
+        if (!PQconsumeInput(pg->conn) || !pg_connected(pg))
+                return -ECONNRESET;
+        while ((n = PQnotifies(pg->conn))) {
+                count++;
+                PQfreemem(n);
+        }
+        return count;
+}
+
+/* Reads one query's result in pipeline mode (result + the NULL that ends it). */
+static int pipeline_result(struct pg *pg, usec_t deadline, PGresult **out) {
+        PGresult *res, *end;
+        int r;
+
+        *out = NULL;
+        res = next_result(pg, deadline, &r);
+        if (!res)
+                return r ? r : -ECONNRESET;
+        if (PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
+                *out = res; /* a sync has no terminating NULL */
+                return 0;
+        }
+        end = next_result(pg, deadline, &r);
+        if (end) {
+                PQclear(end);
+                PQclear(res);
+                return -EPROTO;
+        }
+        if (r < 0) {
+                PQclear(res);
+                return r;
+        }
+        *out = res;
+        return 0;
+}
+
+static int64_t be64(const char *p) {
+        uint64_t v;
+
+        memcpy(&v, p, sizeof(v));
+        return (int64_t)be64toh(v);
+}
+
+static int32_t be32(const char *p) {
+        uint32_t v;
+
+        memcpy(&v, p, sizeof(v));
+        return (int32_t)be32toh(v);
+}
+
+static int batch_parse(struct pg_batch *b) {
+        PGresult *res = b->res;
+        int n = PQntuples(res);
+
+        if (PQnfields(res) != 8)
+                return -EPROTO;
+        b->n = (size_t)n;
+        if (n == 0)
+                return 0;
+        b->rows = calloc((size_t)n, sizeof(*b->rows));
+        if (!b->rows)
+                return -ENOMEM;
+        for (int i = 0; i < n; i++) {
+                struct pg_row *row = &b->rows[i];
+
+                if (PQgetlength(res, i, 0) != 8 || PQgetlength(res, i, 4) != 8 ||
+                    PQgetlength(res, i, 5) != 4)
+                        return -EPROTO;
+                row->id = be64(PQgetvalue(res, i, 0));
+                row->topic = PQgetvalue(res, i, 1);
+                if (!PQgetisnull(res, i, 2)) {
+                        row->key = PQgetvalue(res, i, 2);
+                        row->key_len = (size_t)PQgetlength(res, i, 2);
+                }
+                if (!PQgetisnull(res, i, 3)) {
+                        row->payload = PQgetvalue(res, i, 3);
+                        row->payload_len = (size_t)PQgetlength(res, i, 3);
+                }
+                row->timestamp_ms = be64(PQgetvalue(res, i, 4));
+                row->attempts = be32(PQgetvalue(res, i, 5));
+                if (!PQgetisnull(res, i, 6)) {
+                        row->headers = PQgetvalue(res, i, 6);
+                        row->headers_len = (size_t)PQgetlength(res, i, 6);
+                }
+                if (!PQgetisnull(res, i, 7))
+                        row->map_error = PQgetvalue(res, i, 7);
+        }
+        return 0;
+}
+
+void pg_batch_clear(struct pg_batch *b) {
+        PQclear(b->res);
+        free(b->rows);
+        memset(b, 0, sizeof(*b));
+}
+
+int pg_claim(struct pg *pg, int limit, struct pg_batch *b, usec_t deadline, char *err,
+             size_t errsz) {
+        char lim[16];
+        const char *params[1] = {lim};
+        PGresult *res = NULL;
+        int r;
+
+        memset(b, 0, sizeof(*b));
+        if (!pg_connected(pg))
+                return -ECONNRESET;
+        snprintf(lim, sizeof(lim), "%d", limit);
+        /* BEGIN and the claim travel together: one round trip. An explicit BEGIN keeps the
+         * transaction (and the row locks) open past the sync. */
+        if (!PQenterPipelineMode(pg->conn) ||
+            !PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
+            !PQsendQueryParams(pg->conn, pg->sql_claim, 1, NULL, params, NULL, NULL, 1) ||
+            !PQpipelineSync(pg->conn)) {
+                        return fail_conn(pg, -ECONNRESET, err, errsz, "claim");
+        }
+        pg->in_tx = true;
+        r = flush_out(pg, deadline);
+        if (r < 0)
+                goto lost;
+        r = pipeline_result(pg, deadline, &res); /* BEGIN */
+        if (r < 0)
+                goto lost;
+        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+                set_err(err, errsz, "BEGIN", PQresultErrorMessage(res));
+                r = -EIO;
+        }
+        PQclear(res);
+        res = NULL;
+        {
+                PGresult *claim = NULL;
+                int r2 = pipeline_result(pg, deadline, &claim);
+
+                if (r2 < 0) {
+                        r = r2;
+                        goto lost;
+                }
+                if (r == 0 && PQresultStatus(claim) != PGRES_TUPLES_OK) {
+                        set_err(err, errsz, "claim", PQresultErrorMessage(claim));
+                        r = -EIO;
+                }
+                if (r == 0)
+                        b->res = claim;
+                else
+                        PQclear(claim);
+        }
+        r = r < 0 ? r : 0;
+        {
+                PGresult *sync = NULL;
+                int r2 = pipeline_result(pg, deadline, &sync);
+
+                if (r2 < 0 || PQresultStatus(sync) != PGRES_PIPELINE_SYNC) {
+                        PQclear(sync);
+                        r = r2 < 0 ? r2 : -EPROTO;
+                        goto lost;
+                }
+                PQclear(sync);
+        }
+        if (!PQexitPipelineMode(pg->conn)) {
+                r = -EPROTO;
+                goto lost;
+        }
+        if (r < 0) {
+                pg_batch_clear(b);
+                pg_rollback(pg, deadline);
+                return r;
+        }
+        r = batch_parse(b);
+        if (r < 0) {
+                set_err(err, errsz, "claim", "unexpected result shape");
+                pg_batch_clear(b);
+                pg_rollback(pg, deadline);
+                return r;
+        }
+        if (b->n == 0) {
+                /* Nothing to do: end the transaction now rather than keep a snapshot open. */
+                r = exec_simple(pg, "COMMIT", deadline, err, errsz, "COMMIT");
+                pg->in_tx = false;
+                pg_batch_clear(b);
+                return r < 0 ? r : 0;
+        }
+        return 0;
+
+lost:
+        pg_batch_clear(b);
+        return fail_conn(pg, r, err, errsz, "claim");
+}
+
+/* "{1,2,3}" for an int8[] parameter in text format. */
+static char *id_array(const int64_t *ids, size_t n) {
+        size_t cap = 2 + n * 21 + 1, len = 0;
+        char *s = malloc(cap);
+
+        if (!s)
+                return NULL;
+        s[len++] = '{';
+        for (size_t i = 0; i < n; i++)
+                len += (size_t)snprintf(s + len, cap - len, "%s%lld", i ? "," : "", (long long)ids[i]);
+        s[len++] = '}';
+        s[len] = 0;
+        return s;
+}
+
+int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg_failure *fails,
+              size_t n_fails, usec_t deadline, char *err, size_t errsz) {
+        _cleanup_free_ char *done_arr = NULL;
+        _cleanup_free_ int64_t *group = NULL;
+        char **fail_arrs = NULL;
+        size_t n_groups = 0, expected = 0;
+        int r = 0, first_err = 0;
+
+        if (!pg_connected(pg) || !pg->in_tx)
+                return -ECONNRESET;
+        if (n_fails) {
+                group = calloc(n_fails, sizeof(*group));
+                fail_arrs = calloc(n_fails, sizeof(*fail_arrs));
+                if (!group || !fail_arrs) {
+                        r = -ENOMEM;
+                        goto out;
+                }
+        }
+        if (!PQenterPipelineMode(pg->conn)) {
+                r = fail_conn(pg, -ECONNRESET, err, errsz, "finish");
+                goto out;
+        }
+        if (n_done) {
+                const char *params[1];
+
+                done_arr = id_array(done, n_done);
+                if (!done_arr) {
+                        r = -ENOMEM;
+                        goto abandon;
+                }
+                params[0] = done_arr;
+                if (!PQsendQueryParams(pg->conn,
+                                       pg->cfg->relay.finish == FINISH_MARK ? pg->sql_mark
+                                                                            : pg->sql_delete,
+                                       1, NULL, params, NULL, NULL, 0))
+                        goto send_failed;
+                expected++;
+        }
+        /* Failures sharing reason and treatment go in one statement: an outage fails a whole
+         * batch with one reason, and that must stay one round trip's worth of work. */
+        for (size_t i = 0; i < n_fails;) {
+                size_t j = i, k = 0;
+                char inc[12];
+                const char *params[4];
+
+                while (j < n_fails && fails[j].attempts_inc == fails[i].attempts_inc &&
+                       fails[j].dead == fails[i].dead &&
+                       strcmp(fails[j].reason, fails[i].reason) == 0)
+                        group[k++] = fails[j++].id;
+                fail_arrs[n_groups] = id_array(group, k);
+                if (!fail_arrs[n_groups]) {
+                        r = -ENOMEM;
+                        goto abandon;
+                }
+                snprintf(inc, sizeof(inc), "%d", fails[i].attempts_inc);
+                params[0] = fail_arrs[n_groups++];
+                params[1] = inc;
+                params[2] = fails[i].reason;
+                params[3] = fails[i].dead ? "true" : "false";
+                if (!PQsendQueryParams(pg->conn, pg->sql_fail, 4, NULL, params, NULL, NULL, 0))
+                        goto send_failed;
+                expected++;
+                i = j;
+        }
+        if (!PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
+            !PQpipelineSync(pg->conn))
+                goto send_failed;
+        expected++;
+        r = flush_out(pg, deadline);
+        if (r < 0)
+                goto lost;
+        for (size_t i = 0; i < expected; i++) {
+                PGresult *res;
+
+                r = pipeline_result(pg, deadline, &res);
+                if (r < 0)
+                        goto lost;
+                if (!first_err) {
+                        ExecStatusType st = PQresultStatus(res);
+
+                        if (st != PGRES_COMMAND_OK) {
+                                set_err(err, errsz, "finish", PQresultErrorMessage(res));
+                                first_err = -EIO;
+                        } else if (i == expected - 1 && strcmp(PQcmdStatus(res), "COMMIT") != 0) {
+                                set_err(err, errsz, "finish", "COMMIT turned into ROLLBACK");
+                                first_err = -EIO;
+                        }
+                }
+                PQclear(res);
+        }
+        {
+                PGresult *sync;
+
+                r = pipeline_result(pg, deadline, &sync);
+                if (r < 0)
+                        goto lost;
+                PQclear(sync);
+        }
+        if (!PQexitPipelineMode(pg->conn)) {
+                r = -EPROTO;
+                goto lost;
+        }
+        if (first_err) {
+                pg_rollback(pg, deadline);
+                r = first_err;
+                goto out;
+        }
+        pg->in_tx = false;
+        r = 0;
+        goto out;
+
+send_failed:
+        r = -ECONNRESET;
+lost:
+        r = fail_conn(pg, r, err, errsz, "finish");
+        goto out;
+abandon:
+        /* Results may still be queued in the pipeline: no cheap way back to a known state. */
+        pg_disconnect(pg);
+out:
+        if (fail_arrs)
+                for (size_t i = 0; i < n_groups; i++)
+                        free(fail_arrs[i]);
+        free(fail_arrs);
+        return r;
+}
+
+void pg_rollback(struct pg *pg, usec_t deadline) {
+        char err[256];
+
+        if (!pg->conn || !pg->in_tx)
+                return;
+        pg->in_tx = false;
+        if (exec_simple(pg, "ROLLBACK", deadline, err, sizeof(err), "ROLLBACK") < 0)
+                pg_disconnect(pg);
+}
+
+int pg_retention(struct pg *pg, int limit, usec_t deadline, char *err, size_t errsz) {
+        char interval[32], lim[16];
+        const char *params[2] = {interval, lim};
+        PGresult *res;
+        int r;
+
+        if (!pg_connected(pg))
+                return -ECONNRESET;
+        snprintf(interval, sizeof(interval), "%llu milliseconds",
+                 (unsigned long long)(pg->cfg->relay.retention / USEC_PER_MSEC));
+        snprintf(lim, sizeof(lim), "%d", limit);
+        r = exec_one(pg, pg->sql_retention, 2, params, 0, deadline, &res, err, errsz, "retention");
+        if (r < 0)
+                return r;
+        r = atoi(PQcmdTuples(res));
+        PQclear(res);
+        return r;
+}
+
+int pg_lag(struct pg *pg, usec_t *lag, usec_t deadline, char *err, size_t errsz) {
+        PGresult *res;
+        int r;
+
+        if (!pg_connected(pg))
+                return -ECONNRESET;
+        r = exec_one(pg, pg->sql_lag, 0, NULL, 1, deadline, &res, err, errsz, "lag");
+        if (r < 0)
+                return r;
+        *lag = PQntuples(res) == 1 && PQgetlength(res, 0, 0) == 8
+                       ? (usec_t)be64(PQgetvalue(res, 0, 0))
+                       : 0;
+        PQclear(res);
+        return 0;
+}

@@ -1,0 +1,500 @@
+/* relay.c -- The relay loop: claim -> publish -> finish, wake on NOTIFY, reconnect, drain on stop. */
+#include "relay.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "message.h"
+
+/* The longest the loop sleeps, so signals and the watchdog are served promptly. */
+#define LOOP_SLICE (200 * USEC_PER_MSEC)
+#define RETENTION_BATCH 1000
+#define RETENTION_EVERY (10 * USEC_PER_SEC)
+
+/* Per-row bookkeeping of one batch. */
+struct slot {
+        struct kafka_delivery d;
+        enum outcome outcome;
+        bool produced; /* handed to librdkafka: its delivery report decides */
+        bool skipped;  /* not produced (an earlier row of its key failed): stays pending, untouched */
+        char reason[256];
+};
+
+struct batch {
+        struct pg_batch rows;
+        struct slot *slots;
+        int64_t *done;
+        struct pg_failure *fails;
+        size_t n_done, n_fails;
+};
+
+static void batch_free(struct batch *b) {
+        pg_batch_clear(&b->rows);
+        free(b->slots);
+        free(b->done);
+        free(b->fails);
+        memset(b, 0, sizeof(*b));
+}
+
+int relay_init(struct relay *r, const struct relay_config *cfg, struct signal_flags *sig) {
+        int ret;
+
+        memset(r, 0, sizeof(*r));
+        r->cfg = cfg;
+        r->sig = sig;
+        ret = pg_init(&r->pg, cfg);
+        if (ret < 0)
+                return ret;
+        notify_init(&r->notifier);
+        rng_seed(&r->rng, (uint64_t)getpid() ^ wall_usec());
+        backoff_init(&r->db_backoff, cfg->retry.base, cfg->retry.cap);
+        backoff_init(&r->batch_backoff, cfg->retry.base, cfg->retry.cap);
+        r->state = RELAY_CONNECTING;
+        return 0;
+}
+
+void relay_done(struct relay *r) {
+        kafka_close(&r->kafka, r->cfg->relay.drain_timeout);
+        pg_done(&r->pg);
+}
+
+/* The deadline a batch must keep: its own, shortened to the drain timeout once stopping. */
+static usec_t batch_deadline(struct relay *r, usec_t deadline) {
+        if (r->sig->stop) {
+                if (!r->stop_at)
+                        r->stop_at = now_usec();
+                if (r->stop_at + r->cfg->relay.drain_timeout < deadline)
+                        return r->stop_at + r->cfg->relay.drain_timeout;
+        }
+        return deadline;
+}
+
+/* Serves delivery reports until none is outstanding or the deadline passes; then purges what
+ * is left (its reports arrive as purge errors, i.e. transient failures). */
+static void await_deliveries(struct relay *r, usec_t deadline) {
+        while (r->kafka.pending > 0 && !r->sig->hard_stop && !r->kafka.fatal) {
+                usec_t now = now_usec(), d = batch_deadline(r, deadline);
+
+                if (now >= d)
+                        break;
+                kafka_poll(&r->kafka, (int)((d - now) / USEC_PER_MSEC > 100 ? 100 : (d - now) / USEC_PER_MSEC + 1));
+                notify_watchdog(&r->notifier, now_usec());
+        }
+        if (r->kafka.pending > 0)
+                kafka_purge(&r->kafka);
+}
+
+static bool key_equal(const struct pg_row *a, const struct pg_row *b) {
+        return a->key && b->key && a->key_len == b->key_len && memcmp(a->key, b->key, a->key_len) == 0;
+}
+
+/* Produces row i into its slot. Returns the synchronous outcome (OK = enqueued). */
+static enum outcome produce_row(struct relay *r, struct batch *b, size_t i, usec_t deadline) {
+        const struct pg_row *row = &b->rows.rows[i];
+        struct slot *s = &b->slots[i];
+        rd_kafka_headers_t *h = NULL;
+        rd_kafka_resp_err_t e;
+
+        if (message_headers(row->headers, row->headers_len, row->id, &h) < 0) {
+                snprintf(s->reason, sizeof(s->reason), "headers could not be expanded");
+                return OUTCOME_PERMANENT;
+        }
+        e = kafka_produce(&r->kafka, row->topic, row->key, row->key_len, row->payload,
+                          row->payload_len, row->timestamp_ms, h, &s->d, deadline);
+        if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+                rd_kafka_headers_destroy(h);
+                snprintf(s->reason, sizeof(s->reason), "Kafka refused the message: %s (%s)",
+                         rd_kafka_err2str(e), rd_kafka_err2name(e));
+                return message_classify(e) == OUTCOME_OK ? OUTCOME_TRANSIENT : message_classify(e);
+        }
+        s->produced = true;
+        return OUTCOME_OK;
+}
+
+/* A broker-side rejection (e.g. MSG_SIZE_TOO_LARGE from the topic's own limit) fails every
+ * message of the produce request, innocent neighbours included. Send each suspect alone: only
+ * a row that fails on its own is dead-lettered. */
+static void isolate_suspects(struct relay *r, struct batch *b, usec_t deadline) {
+        size_t produced = 0, suspects = 0;
+
+        for (size_t i = 0; i < b->rows.n; i++) {
+                produced += b->slots[i].produced;
+                suspects += b->slots[i].produced && b->slots[i].outcome == OUTCOME_PERMANENT;
+        }
+        if (suspects == 0 || produced == 1)
+                return;
+        for (size_t i = 0; i < b->rows.n && !r->sig->hard_stop; i++) {
+                struct slot *s = &b->slots[i];
+                enum outcome o;
+
+                if (!s->produced || s->outcome != OUTCOME_PERMANENT)
+                        continue;
+                o = produce_row(r, b, i, deadline);
+                if (o != OUTCOME_OK) {
+                        s->produced = false;
+                        s->outcome = o;
+                        continue;
+                }
+                await_deliveries(r, deadline);
+                s->outcome = message_classify(s->d.err);
+                if (s->outcome != OUTCOME_OK)
+                        snprintf(s->reason, sizeof(s->reason), "delivery failed: %s (%s)",
+                                 rd_kafka_err2str(s->d.err), rd_kafka_err2name(s->d.err));
+        }
+}
+
+/* Sorts the outcomes into rows to finish and failures to record. */
+static int settle(struct relay *r, struct batch *b, size_t *n_ok, const char **first_error) {
+        size_t n = b->rows.n, ok = 0;
+        bool any_ok;
+
+        b->done = calloc(n, sizeof(*b->done));
+        b->fails = calloc(n, sizeof(*b->fails));
+        if (!b->done || !b->fails)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                ok += b->slots[i].outcome == OUTCOME_OK && !b->slots[i].skipped;
+        /* A row that failed while others in its batch went through failed on its own and
+         * spends an attempt; when nothing went through, Kafka is the problem, not the row. */
+        any_ok = ok > 0;
+        *first_error = NULL;
+        for (size_t i = 0; i < n; i++) {
+                const struct pg_row *row = &b->rows.rows[i];
+                struct slot *s = &b->slots[i];
+                struct pg_failure *f;
+
+                if (s->skipped)
+                        continue;
+                if (s->outcome == OUTCOME_OK) {
+                        b->done[b->n_done++] = row->id;
+                        continue;
+                }
+                f = &b->fails[b->n_fails++];
+                f->id = row->id;
+                f->reason = s->reason;
+                switch (s->outcome) {
+                case OUTCOME_PERMANENT:
+                        f->attempts_inc = 1;
+                        f->dead = true;
+                        break;
+                case OUTCOME_TRANSIENT:
+                        f->attempts_inc = any_ok ? 1 : 0;
+                        f->dead = any_ok && row->attempts + 1 >= r->cfg->relay.max_attempts;
+                        if (f->dead)
+                                snprintf(s->reason + strlen(s->reason),
+                                         sizeof(s->reason) - strlen(s->reason),
+                                         "; failed %d times on its own", row->attempts + 1);
+                        break;
+                default:
+                        f->attempts_inc = 0;
+                        f->dead = false;
+                        break;
+                }
+                if (!f->dead && !*first_error)
+                        *first_error = s->reason;
+        }
+        *n_ok = ok;
+        return 0;
+}
+
+/* One claim -> publish -> finish cycle. Returns the number of rows claimed, or -errno:
+ * -ECONNRESET/-ETIMEDOUT (database), -EAGAIN (nothing delivered, retry later),
+ * -ECANCELED (hard stop), -ENOTRECOVERABLE (fatal producer error). */
+static int relay_batch(struct relay *r, usec_t now) {
+        struct batch b = {0};
+        usec_t deadline = now + r->cfg->relay.batch_timeout;
+        char err[512];
+        const char *first_error;
+        size_t n_ok = 0;
+        int ret;
+
+        ret = pg_claim(&r->pg, r->cfg->relay.batch_size, &b.rows, deadline, err, sizeof(err));
+        if (ret < 0) {
+                log_warning("claiming rows failed: %s", err);
+                return ret == -EIO ? -EAGAIN : ret;
+        }
+        if (b.rows.n == 0)
+                return 0;
+        b.slots = calloc(b.rows.n, sizeof(*b.slots));
+        if (!b.slots) {
+                ret = -ENOMEM;
+                goto rollback;
+        }
+
+        for (size_t i = 0; i < b.rows.n && !r->sig->hard_stop; i++) {
+                const struct pg_row *row = &b.rows.rows[i];
+                struct slot *s = &b.slots[i];
+
+                if (row->map_error) {
+                        s->outcome = OUTCOME_PERMANENT;
+                        snprintf(s->reason, sizeof(s->reason), "%s", row->map_error);
+                        continue;
+                }
+                /* Per-key order: once a row of a key is held back, so are its successors. */
+                for (size_t j = 0; j < i && row->key; j++)
+                        if (!b.slots[j].produced && b.slots[j].outcome != OUTCOME_PERMANENT &&
+                            key_equal(row, &b.rows.rows[j])) {
+                                s->skipped = true;
+                                break;
+                        }
+                if (s->skipped)
+                        continue;
+                s->outcome = produce_row(r, &b, i, batch_deadline(r, deadline));
+                if (s->outcome == OUTCOME_FATAL)
+                        break;
+        }
+        kafka_poll(&r->kafka, 0);
+        await_deliveries(r, deadline);
+        if (r->sig->hard_stop) {
+                ret = -ECANCELED;
+                goto rollback;
+        }
+        if (r->kafka.fatal) {
+                ret = -ENOTRECOVERABLE;
+                goto rollback;
+        }
+        for (size_t i = 0; i < b.rows.n; i++) {
+                struct slot *s = &b.slots[i];
+
+                if (!s->produced)
+                        continue;
+                s->outcome = message_classify(s->d.err);
+                if (s->outcome == OUTCOME_FATAL) {
+                        ret = -ENOTRECOVERABLE;
+                        goto rollback;
+                }
+                if (s->outcome != OUTCOME_OK)
+                        snprintf(s->reason, sizeof(s->reason), "delivery failed: %s (%s)",
+                                 rd_kafka_err2str(s->d.err), rd_kafka_err2name(s->d.err));
+        }
+        isolate_suspects(r, &b, deadline);
+        if (r->sig->hard_stop) {
+                ret = -ECANCELED;
+                goto rollback;
+        }
+
+        ret = settle(r, &b, &n_ok, &first_error);
+        if (ret < 0)
+                goto rollback;
+        ret = pg_finish(&r->pg, b.done, b.n_done, b.fails, b.n_fails, deadline, err, sizeof(err));
+        if (ret < 0) {
+                /* Nothing was marked: every row stays pending and is published again (the
+                 * duplicates the design allows after a lost connection). */
+                log_warning("finishing a batch of %zu rows failed, they stay pending: %s",
+                            b.rows.n, err);
+                batch_free(&b);
+                return ret == -EIO ? -EAGAIN : ret;
+        }
+
+        r->stats.batches++;
+        r->stats.published += b.n_done;
+        for (size_t i = 0; i < b.n_fails; i++) {
+                const struct pg_failure *f = &b.fails[i];
+
+                if (f->dead) {
+                        r->stats.dead_lettered++;
+                        log_warning("row %" PRId64 " dead-lettered: %s", f->id, f->reason);
+                } else
+                        r->stats.failed++;
+        }
+        ret = (int)b.rows.n;
+        if (n_ok == 0 && first_error) {
+                log_warning("batch of %zu rows: nothing delivered (%s)", b.rows.n, first_error);
+                ret = -EAGAIN;
+        } else if (first_error)
+                log_notice("batch of %zu rows: %zu delivered, some failed (%s)", b.rows.n, n_ok,
+                           first_error);
+        batch_free(&b);
+        return ret;
+
+rollback:
+        pg_rollback(&r->pg, now_usec() + 5 * USEC_PER_SEC);
+        batch_free(&b);
+        return ret;
+}
+
+static void relay_status(struct relay *r, usec_t now) {
+        char status[256];
+        const char *db = pg_connected(&r->pg) ? "database ok" : "database unavailable";
+
+        if (now < r->next_status)
+                return;
+        r->next_status = now + 2 * USEC_PER_SEC;
+
+        snprintf(status, sizeof(status), "published %" PRIu64 ", dead-lettered %" PRIu64 ", %s%s",
+                 r->stats.published, r->stats.dead_lettered, db,
+                 r->state == RELAY_BACKOFF ? ", kafka failing" : ", kafka ok");
+        notify_status(&r->notifier, status);
+        if (now >= r->next_summary) {
+                if (r->stats.published != r->last_summary.published ||
+                    r->stats.dead_lettered != r->last_summary.dead_lettered ||
+                    r->stats.failed != r->last_summary.failed)
+                        log_info("summary: published %" PRIu64 " (+%" PRIu64 "), dead-lettered %" PRIu64
+                                 ", failed deliveries %" PRIu64 ", batches %" PRIu64,
+                                 r->stats.published, r->stats.published - r->last_summary.published,
+                                 r->stats.dead_lettered, r->stats.failed, r->stats.batches);
+                r->last_summary = r->stats;
+                r->next_summary = now + r->cfg->relay.status_interval;
+        }
+}
+
+static void schedule_retry(struct relay *r, struct backoff *bo, usec_t now, const char *what) {
+        usec_t wait = backoff_next(bo, &r->rng);
+
+        r->retry_at = now + wait;
+        log_notice("%s, retrying in %.1fs", what, (double)wait / USEC_PER_SEC);
+}
+
+static void try_connect(struct relay *r, usec_t now) {
+        char err[512];
+        int ret = pg_connect(&r->pg, now + r->cfg->postgres.connect_timeout, err, sizeof(err));
+
+        if (ret < 0) {
+                char what[600];
+
+                snprintf(what, sizeof(what), "cannot connect to PostgreSQL: %s", err);
+                schedule_retry(r, &r->db_backoff, now_usec(), what);
+                return;
+        }
+        if (r->db_backoff.attempt > 0)
+                log_notice("connected to PostgreSQL again");
+        else
+                log_info("connected to PostgreSQL, listening on '%s'", r->cfg->postgres.channel);
+        backoff_reset(&r->db_backoff);
+        r->state = RELAY_IDLE;
+        r->wake = true; /* anything may have been written while we were away */
+}
+
+/* Sleeps until the database socket is readable or `timeout` passes. */
+static void wait_for_work(struct relay *r, usec_t timeout) {
+        struct pollfd p = {.fd = pg_socket(&r->pg), .events = POLLIN};
+        int n;
+
+        if (timeout > LOOP_SLICE)
+                timeout = LOOP_SLICE;
+        if (timeout == 0)
+                return;
+        if (p.fd < 0) {
+                kafka_poll(&r->kafka, (int)(timeout / USEC_PER_MSEC));
+                return;
+        }
+        /* librdkafka delivers its reports only when polled; between batches nothing is in
+         * flight, so waiting on the database socket alone is enough. */
+        if (poll(&p, 1, (int)(timeout / USEC_PER_MSEC)) > 0) {
+                n = pg_consume_notifies(&r->pg);
+                if (n > 0)
+                        r->wake = true;
+        }
+}
+
+int relay_run(struct relay *r) {
+        char err[512];
+        rd_kafka_conf_t *kconf;
+        int ret;
+
+        kconf = config_kafka_conf(r->cfg, err, sizeof(err));
+        if (!kconf) {
+                log_error("%s", err);
+                return -EINVAL;
+        }
+        ret = kafka_open(&r->kafka, kconf, err, sizeof(err));
+        if (ret < 0) {
+                rd_kafka_conf_destroy(kconf);
+                log_error("cannot create the Kafka producer: %s", err);
+                return ret;
+        }
+
+        while (!r->sig->stop) {
+                usec_t now = now_usec(), wait;
+
+                notify_watchdog(&r->notifier, now);
+                kafka_poll(&r->kafka, 0);
+                if (r->kafka.fatal) {
+                        log_error("fatal Kafka producer error, exiting for a restart: %s",
+                                  r->kafka.fatal_reason);
+                        return -ENOTRECOVERABLE;
+                }
+                if (r->kafka.last_error_new) {
+                        r->kafka.last_error_new = false;
+                        log_warning("kafka: %s", r->kafka.last_error);
+                }
+
+                if (!pg_connected(&r->pg)) {
+                        if (r->state != RELAY_CONNECTING) {
+                                log_warning("lost the PostgreSQL connection, reconnecting");
+                                r->state = RELAY_CONNECTING;
+                                pg_disconnect(&r->pg);
+                                r->retry_at = now;
+                        }
+                        if (now >= r->retry_at)
+                                try_connect(r, now);
+                        else
+                                wait_for_work(r, r->retry_at - now);
+                        if (pg_connected(&r->pg) && !r->ready_sent) {
+                                notify_ready(&r->notifier);
+                                r->ready_sent = true;
+                                log_info("ready");
+                        }
+                        continue;
+                }
+
+                if (r->state == RELAY_BACKOFF && now < r->retry_at) {
+                        wait_for_work(r, r->retry_at - now);
+                        continue;
+                }
+                if (r->wake || now >= r->next_poll) {
+                        r->wake = false;
+                        ret = relay_batch(r, now);
+                        now = now_usec();
+                        if (ret == -ECANCELED)
+                                return ret;
+                        if (ret == -ENOTRECOVERABLE) {
+                                log_error("fatal Kafka producer error, exiting for a restart: %s",
+                                          r->kafka.fatal_reason);
+                                return ret;
+                        }
+                        if (ret == -EAGAIN) {
+                                r->state = RELAY_BACKOFF;
+                                schedule_retry(r, &r->batch_backoff, now, "Kafka delivery failing");
+                                r->wake = true;
+                        } else if (ret < 0) {
+                                continue; /* database trouble: the connection check reconnects */
+                        } else {
+                                if (r->state == RELAY_BACKOFF)
+                                        log_notice("deliveries succeed again");
+                                r->state = RELAY_IDLE;
+                                backoff_reset(&r->batch_backoff);
+                                if (ret >= r->cfg->relay.batch_size)
+                                        r->wake = true;
+                                else
+                                        r->next_poll = now + r->cfg->relay.poll_interval;
+                        }
+                        relay_status(r, now);
+                        /* Notifications that arrived during the batch are already buffered. */
+                        if (pg_consume_notifies(&r->pg) > 0)
+                                r->wake = true;
+                        continue;
+                }
+                if (r->cfg->relay.finish == FINISH_MARK && r->cfg->relay.retention &&
+                    now >= r->next_retention) {
+                        if (pg_retention(&r->pg, RETENTION_BATCH, now + r->cfg->postgres.statement_timeout,
+                                         err, sizeof(err)) < 0)
+                                log_warning("retention failed: %s", err);
+                        r->next_retention = now + RETENTION_EVERY;
+                }
+                relay_status(r, now);
+                wait = r->next_poll > now ? r->next_poll - now : 0;
+                if (notify_watchdog_due(&r->notifier, now) < wait)
+                        wait = notify_watchdog_due(&r->notifier, now);
+                wait_for_work(r, wait);
+        }
+        notify_stopping(&r->notifier);
+        log_info("stopping: published %" PRIu64 ", dead-lettered %" PRIu64, r->stats.published,
+                 r->stats.dead_lettered);
+        return 0;
+}
