@@ -1,0 +1,328 @@
+/* test_relay.c -- The relay against real PostgreSQL and Kafka: every committed row arrives as written. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support.h"
+
+#define WRITERS 4
+#define KEYS 200
+
+struct writer {
+        int index;
+        const char *topic;
+        int rows;
+        int written;
+        char error[256];
+};
+
+/* Writes `rows` events in transactions of 1..20 rows. Writer w owns the keys k with
+ * k % WRITERS == w, so each key's events are committed in id order (the writers' side of the
+ * per-key order contract, DESIGN §1.3). */
+static void *writer_main(void *arg) {
+        struct writer *w = arg;
+        PGconn *c = ts_pg_connect();
+        unsigned seed = (unsigned)w->index * 7919u + 1;
+
+        while (w->written < w->rows) {
+                int n = 1 + (int)(rand_r(&seed) % 20);
+                PGresult *res = PQexec(c, "BEGIN");
+
+                PQclear(res);
+                for (int i = 0; i < n && w->written < w->rows; i++, w->written++) {
+                        char key[16], seq[16], len[16];
+                        int k = (int)(rand_r(&seed) % (KEYS / WRITERS)) * WRITERS + w->index;
+                        const char *params[4] = {w->topic, key, seq, len};
+
+                        snprintf(key, sizeof(key), "key-%d", k);
+                        snprintf(seq, sizeof(seq), "%d", w->written);
+                        snprintf(len, sizeof(len), "%d", 20 + (int)(rand_r(&seed) % 300));
+                        /* Random binary payload, headers with a non-ASCII value. */
+                        res = PQexecParams(c,
+                                           "SELECT outbox_enqueue($1::text, $2::text,"
+                                           " (SELECT string_agg(set_byte('\\x00'::bytea, 0, (random()*255)::int), ''::bytea)"
+                                           "    FROM generate_series(1, $4::int)),"
+                                           " jsonb_build_object('writer', $2::text, 'seq', $3::text, 'note', 'grüße'))",
+                                           4, NULL, params, NULL, NULL, 0);
+                        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+                                snprintf(w->error, sizeof(w->error), "%s", PQresultErrorMessage(res));
+                                PQclear(res);
+                                PQfinish(c);
+                                return NULL;
+                        }
+                        PQclear(res);
+                }
+                PQclear(PQexec(c, "COMMIT"));
+        }
+        PQfinish(c);
+        return NULL;
+}
+
+static void concurrent_load(const char *finish) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("relay-load");
+        const char *topics[] = {topic, NULL};
+        struct writer w[WRITERS];
+        pthread_t th[WRITERS];
+        struct ts_relay relay;
+        char group[128];
+        struct ts_msgs m;
+        struct ts_verify v;
+        int64_t t0;
+
+        ts_pg_install_copy(c);
+        snprintf(group, sizeof(group), "finish = \"%s\"; poll_interval = \"1s\"; batch_size = 500;", finish);
+        ts_relay_start(&relay, group, NULL);
+        assert_true(ts_relay_log_wait(&relay, "ready", 20000));
+
+        t0 = ts_now_ms();
+        for (int i = 0; i < WRITERS; i++) {
+                w[i] = (struct writer){.index = i, .topic = topic, .rows = 5000};
+                pthread_create(&th[i], NULL, writer_main, &w[i]);
+        }
+        for (int i = 0; i < WRITERS; i++) {
+                pthread_join(th[i], NULL);
+                assert_string_equal(w[i].error, "");
+                assert_int_equal(w[i].written, 5000);
+        }
+        fprintf(stderr, "load: 20000 rows written by %d writers in %lld ms\n", WRITERS,
+                (long long)(ts_now_ms() - t0));
+        if (!ts_wait_drained(c, topics, 120000)) {
+                ts_relay_dump_log(&relay);
+                fail_msg("outbox not drained");
+        }
+        fprintf(stderr, "load: drained %lld ms after the writers started\n", (long long)(ts_now_ms() - t0));
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+
+        ts_consume(topics, 20000, 60000, 1500, &m);
+        ts_verify(c, topics, &m, false, &v);
+        assert_int_equal(v.expected, 20000);
+        assert_int_equal(v.missing, 0);
+        assert_int_equal(v.unexpected, 0);
+        assert_int_equal(v.mismatched, 0);
+        assert_int_equal(v.duplicates, 0);
+        assert_int_equal(v.order_violations, 0);
+        assert_int_equal(v.consumed, 20000);
+        if (strcmp(finish, "delete") == 0) {
+                assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic), 0);
+        } else {
+                assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'"
+                                              " AND published_at IS NOT NULL AND dead_at IS NULL"
+                                              " AND last_error IS NULL", topic), 20000);
+        }
+        ts_msgs_free(&m);
+        free(topic);
+        PQfinish(c);
+}
+
+static void load_delete(void **state) {
+        (void)state;
+        concurrent_load("delete");
+}
+
+static void load_mark(void **state) {
+        (void)state;
+        concurrent_load("mark");
+}
+
+/* Tombstones, binary payloads with NUL bytes, NULL keys, empty payloads and headers. */
+static void edge_payloads(void **state) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("relay-edge");
+        const char *topics[] = {topic, NULL};
+        struct ts_relay relay;
+        struct ts_msgs m;
+        struct ts_verify v;
+        int tombstones = 0, nullkeys = 0, binary = 0;
+
+        (void)state;
+        ts_pg_install_copy(c);
+        ts_relay_start(&relay, "poll_interval = \"1s\";", NULL);
+        assert_true(ts_relay_log_wait(&relay, "ready", 20000));
+        ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'tomb', NULL::bytea)", topic);
+        ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'bin', '\\x00010000ff00'::bytea, '{\"a\": \"\"}')", topic);
+        ts_pg_exec(c, "SELECT outbox_enqueue('%s', NULL, 'no key'::text)", topic);
+        ts_pg_exec(c, "SELECT outbox_enqueue('%s', '', ''::bytea)", topic);
+        ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'ключ', '{\"x\": \"ü\"}'::jsonb, '{\"h1\": \"v1\", \"h2\": \"\\u00e9\"}')",
+                   topic);
+        assert_true(ts_wait_drained(c, topics, 20000));
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+
+        ts_consume(topics, 5, 30000, 500, &m);
+        ts_verify(c, topics, &m, false, &v);
+        assert_int_equal(v.expected, 5);
+        assert_int_equal(v.consumed, 5);
+        assert_int_equal(v.missing + v.mismatched + v.duplicates + v.unexpected, 0);
+        for (size_t i = 0; i < m.n; i++) {
+                tombstones += m.v[i].value == NULL;
+                nullkeys += m.v[i].key == NULL;
+                binary += m.v[i].value_len == 6 && memcmp(m.v[i].value, "\0\1\0\0\xff\0", 6) == 0;
+        }
+        assert_int_equal(tombstones, 1);
+        assert_int_equal(nullkeys, 1);
+        assert_int_equal(binary, 1);
+        ts_msgs_free(&m);
+        free(topic);
+        PQfinish(c);
+}
+
+/* With a 30 s poll interval a row still arrives within a second: NOTIFY wakes the relay. A row
+ * whose notification never came (triggers off) is still picked up by the poll. */
+static void notify_wakeup(void **state) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("relay-notify");
+        const char *topics[] = {topic, NULL};
+        struct ts_relay relay;
+        struct ts_msgs m;
+        int64_t t0, took;
+
+        (void)state;
+        ts_pg_install_copy(c);
+        ts_relay_start(&relay, "poll_interval = \"30s\";", NULL);
+        assert_true(ts_relay_log_wait(&relay, "ready", 20000));
+        /* A first row creates the topic (broker-side auto-creation takes a while); then the
+         * relay is idle and waiting, and the next row shows the wake-up latency. */
+        ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'k', 'warm-up'::text)", topic);
+        assert_true(ts_wait_drained(c, topics, 10000));
+        usleep(1500000);
+        t0 = ts_now_ms();
+        ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'k', 'wake up'::text)", topic);
+        assert_true(ts_wait_drained(c, topics, 5000));
+        took = ts_now_ms() - t0;
+        fprintf(stderr, "notify: row published %lld ms after commit (poll interval 30 s)\n", (long long)took);
+        assert_true(took < 1000);
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+
+        /* A lost notification: the row is committed with triggers off. */
+        ts_relay_start(&relay, "poll_interval = \"2s\";", NULL);
+        assert_true(ts_relay_log_wait(&relay, "ready", 20000));
+        usleep(500000);
+        ts_pg_exec(c, "BEGIN; SET LOCAL session_replication_role = replica;"
+                      " INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'k', 'polled');"
+                      " INSERT INTO outbox_test_copy SELECT * FROM outbox WHERE topic = '%s' AND payload = 'polled';"
+                      " COMMIT", topic, topic);
+        t0 = ts_now_ms();
+        assert_true(ts_wait_drained(c, topics, 6000));
+        took = ts_now_ms() - t0;
+        fprintf(stderr, "notify: row without notification published after %lld ms (poll interval 2 s)\n",
+                (long long)took);
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+
+        ts_consume(topics, 3, 30000, 500, &m);
+        assert_int_equal(m.n, 3);
+        ts_msgs_free(&m);
+        free(topic);
+        PQfinish(c);
+}
+
+/* A 2 MB row (over message.max.bytes) is dead-lettered with a readable reason while the 1000
+ * rows around it, same key included, arrive. */
+static void oversize_dead_letter(void **state) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("relay-oversize");
+        const char *topics[] = {topic, NULL};
+        struct ts_relay relay;
+        struct ts_msgs m;
+        struct ts_verify v;
+        int64_t big;
+        PGresult *res;
+
+        (void)state;
+        ts_pg_install_copy(c);
+        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 10), convert_to('before ' || g, 'UTF8')"
+                      " FROM generate_series(1, 500) g", topic);
+        big = ts_pg_int(c, "SELECT outbox_enqueue('%s', 'k3', convert_to(repeat('x', 2 * 1024 * 1024), 'UTF8'))", topic);
+        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 10), convert_to('after ' || g, 'UTF8')"
+                      " FROM generate_series(1, 500) g", topic);
+        ts_relay_start(&relay, "poll_interval = \"1s\";", NULL);
+        assert_true(ts_wait_drained(c, topics, 30000));
+        assert_true(ts_relay_log_wait(&relay, "dead-lettered", 5000));
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+
+        res = PQexec(c, "SELECT id, last_error, attempts FROM outbox_dead_letters ORDER BY id DESC LIMIT 1");
+        assert_int_equal(PQntuples(res), 1);
+        assert_int_equal(strtoll(PQgetvalue(res, 0, 0), NULL, 10), big);
+        fprintf(stderr, "oversize: row %lld dead-lettered: %s\n", (long long)big, PQgetvalue(res, 0, 1));
+        assert_non_null(strstr(PQgetvalue(res, 0, 1), "too large"));
+        PQclear(res);
+        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic), 1);
+
+        ts_consume(topics, 1000, 30000, 1000, &m);
+        ts_verify(c, topics, &m, true, &v);
+        assert_int_equal(v.expected, 1000);
+        assert_int_equal(v.consumed, 1000);
+        assert_int_equal(v.missing + v.mismatched + v.duplicates + v.unexpected + v.order_violations, 0);
+        ts_msgs_free(&m);
+        ts_pg_exec(c, "DELETE FROM outbox WHERE topic = '%s'", topic);
+        free(topic);
+        PQfinish(c);
+}
+
+/* Rows written around outbox_enqueue() with headers that cannot become Kafka headers are
+ * dead-lettered with the reason; the rest flows. */
+static void bad_headers_dead_letter(void **state) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("relay-badhdr");
+        const char *topics[] = {topic, NULL};
+        struct ts_relay relay;
+        struct ts_msgs m;
+        PGresult *res;
+
+        (void)state;
+        ts_pg_install_copy(c);
+        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload, headers) VALUES"
+                      " ('%s', 'a', 'ok1', '{\"h\": \"v\"}'),"
+                      " ('%s', 'a', 'bad1', '{\"n\": 1}'),"
+                      " ('%s', 'b', 'bad2', '[\"x\"]'),"
+                      " ('%s', 'b', 'bad3', '{\"outbox-id\": \"1\"}'),"
+                      " ('%s', 'a', 'ok2', 'null')", topic, topic, topic, topic, topic);
+        ts_relay_start(&relay, "poll_interval = \"1s\";", NULL);
+        assert_true(ts_wait_drained(c, topics, 20000));
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+        {
+                char sql[256];
+
+                snprintf(sql, sizeof(sql), "SELECT encode(payload, 'escape'), last_error FROM outbox"
+                         " WHERE dead_at IS NOT NULL AND topic = '%s' ORDER BY id DESC", topic);
+                res = PQexec(c, sql);
+        }
+        assert_int_equal(PQntuples(res), 3);
+        assert_string_equal(PQgetvalue(res, 0, 0), "bad3");
+        assert_string_equal(PQgetvalue(res, 0, 1), "header 'outbox-id' is reserved for the relay");
+        assert_string_equal(PQgetvalue(res, 1, 0), "bad2");
+        assert_string_equal(PQgetvalue(res, 1, 1), "headers must be a JSON object (got array)");
+        assert_string_equal(PQgetvalue(res, 2, 0), "bad1");
+        assert_string_equal(PQgetvalue(res, 2, 1), "header 'n' must have a string value (got number)");
+        PQclear(res);
+        ts_consume(topics, 2, 30000, 500, &m);
+        assert_int_equal(m.n, 2);
+        assert_memory_equal(m.v[0].value, "ok1", 3);
+        assert_memory_equal(m.v[1].value, "ok2", 3);
+        ts_msgs_free(&m);
+        ts_pg_exec(c, "DELETE FROM outbox WHERE topic = '%s'", topic);
+        free(topic);
+        PQfinish(c);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_teardown(edge_payloads, ts_teardown),
+                cmocka_unit_test_teardown(bad_headers_dead_letter, ts_teardown),
+                cmocka_unit_test_teardown(notify_wakeup, ts_teardown),
+                cmocka_unit_test_teardown(oversize_dead_letter, ts_teardown),
+                cmocka_unit_test_teardown(load_delete, ts_teardown),
+                cmocka_unit_test_teardown(load_mark, ts_teardown),
+        };
+
+        ts_env("PGPORT");
+        ts_env("KAFKA_BOOTSTRAP");
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

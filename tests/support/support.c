@@ -1,0 +1,695 @@
+/* support.c -- Shared test support: the test bed's servers, the relay as a process, topic checks. */
+#include "support.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+const char *ts_env(const char *name) {
+        const char *v = getenv(name);
+
+        if (!v || !*v) {
+                /* Never skip: an integration test without its servers is a failure. */
+                fprintf(stderr, "FATAL: %s is not set; run the integration tests through "
+                                "scripts/test.sh (it starts PostgreSQL and Kafka)\n", name);
+                exit(2);
+        }
+        return v;
+}
+
+const char *ts_conninfo(void) {
+        static char buf[256];
+
+        if (!buf[0])
+                snprintf(buf, sizeof(buf), "host=%s port=%s dbname=%s user=%s", ts_env("PGHOST"),
+                         ts_env("PGPORT"), ts_env("PGDATABASE"), ts_env("PGUSER"));
+        return buf;
+}
+
+char *ts_topic(const char *prefix) {
+        static unsigned counter;
+        char buf[128];
+
+        snprintf(buf, sizeof(buf), "%s-%d-%ld-%u", prefix, (int)getpid(), (long)time(NULL), counter++);
+        return strdup(buf);
+}
+
+int64_t ts_now_ms(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- PostgreSQL ---- */
+
+PGconn *ts_pg_connect(void) {
+        PGconn *c = PQconnectdb(ts_conninfo());
+
+        if (PQstatus(c) != CONNECTION_OK)
+                fail_msg("cannot connect to the test bed's PostgreSQL: %s", PQerrorMessage(c));
+        PQclear(PQexec(c, "SET client_min_messages = warning"));
+        return c;
+}
+
+static PGresult *vexec(PGconn *c, const char *fmt, va_list ap) {
+        char *sql;
+        PGresult *res;
+
+        if (vasprintf(&sql, fmt, ap) < 0)
+                fail_msg("out of memory");
+        res = PQexec(c, sql);
+        if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+                fail_msg("SQL failed: %s\n  %s", PQresultErrorMessage(res), sql);
+        free(sql);
+        return res;
+}
+
+void ts_pg_exec(PGconn *c, const char *fmt, ...) {
+        va_list ap;
+
+        va_start(ap, fmt);
+        PQclear(vexec(c, fmt, ap));
+        va_end(ap);
+}
+
+int64_t ts_pg_int(PGconn *c, const char *fmt, ...) {
+        va_list ap;
+        PGresult *res;
+        int64_t v;
+
+        va_start(ap, fmt);
+        res = vexec(c, fmt, ap);
+        va_end(ap);
+        if (PQntuples(res) < 1 || PQgetisnull(res, 0, 0))
+                fail_msg("query returned no value");
+        v = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        PQclear(res);
+        return v;
+}
+
+void ts_pg_install_copy(PGconn *c) {
+        ts_pg_exec(c,
+                   "CREATE TABLE IF NOT EXISTS outbox_test_copy (LIKE outbox);"
+                   "CREATE INDEX IF NOT EXISTS outbox_test_copy_topic ON outbox_test_copy (topic, id);"
+                   "CREATE OR REPLACE FUNCTION outbox_test_copy() RETURNS trigger LANGUAGE plpgsql AS"
+                   " $$ BEGIN INSERT INTO outbox_test_copy SELECT NEW.*; RETURN NULL; END $$;"
+                   "DROP TRIGGER IF EXISTS outbox_test_copy ON outbox;"
+                   "CREATE TRIGGER outbox_test_copy AFTER INSERT ON outbox"
+                   " FOR EACH ROW EXECUTE FUNCTION outbox_test_copy();");
+}
+
+/* ---- the relay as a process ---- */
+
+/* Relays started and not yet reaped, by value: a failed test longjmps out of its frame, so the
+ * teardown must not point into it. Keeps a daemon from running on into the next test. */
+static struct ts_relay running[16];
+
+static void track(const struct ts_relay *r, bool add) {
+        for (size_t i = 0; i < 16; i++) {
+                if (add && running[i].pid <= 0) {
+                        running[i] = *r;
+                        return;
+                }
+                if (!add && running[i].pid == r->pid)
+                        running[i].pid = 0;
+        }
+}
+
+int ts_teardown(void **state) {
+        (void)state;
+        for (size_t i = 0; i < 16; i++) {
+                struct ts_relay *r = &running[i];
+
+                if (r->pid > 0) {
+                        kill(r->pid, SIGKILL);
+                        waitpid(r->pid, NULL, 0);
+                        r->pid = 0;
+                        ts_relay_dump_log(r);
+                }
+        }
+        return 0;
+}
+
+void ts_relay_start(struct ts_relay *r, const char *relay_group, const char *extra_groups) {
+        FILE *f;
+        int fd;
+
+        memset(r, 0, sizeof(*r));
+        snprintf(r->dir, sizeof(r->dir), "/tmp/outbox-relay-test-XXXXXX");
+        if (!mkdtemp(r->dir))
+                fail_msg("mkdtemp: %s", strerror(errno));
+        snprintf(r->conf, sizeof(r->conf), "%s/relay.conf", r->dir);
+        snprintf(r->log, sizeof(r->log), "%s/relay.log", r->dir);
+        f = fopen(r->conf, "w");
+        if (!f)
+                fail_msg("cannot write %s", r->conf);
+        fprintf(f,
+                "postgres = { conninfo = \"%s\"; };\n"
+                "kafka = { bootstrap_servers = \"%s\"; };\n"
+                "relay = { %s };\n"
+                "log = { level = \"info\"; };\n"
+                "%s\n",
+                ts_conninfo(), ts_env("KAFKA_BOOTSTRAP"), relay_group ? relay_group : "",
+                extra_groups ? extra_groups : "");
+        fclose(f);
+
+        r->pid = fork();
+        if (r->pid < 0)
+                fail_msg("fork: %s", strerror(errno));
+        if (r->pid == 0) {
+                const char *bin = getenv("OUTBOX_RELAY_BIN");
+
+                fd = open(r->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                if (fd < 0 || !bin)
+                        _exit(127);
+                dup2(fd, STDOUT_FILENO);
+                dup2(fd, STDERR_FILENO);
+                execl(bin, bin, "-c", r->conf, (char *)NULL);
+                _exit(127);
+        }
+        track(r, true);
+}
+
+int ts_relay_stop(struct ts_relay *r, int sig, int timeout_ms) {
+        int64_t until = ts_now_ms() + timeout_ms;
+        int status;
+
+        if (r->pid <= 0)
+                return -1;
+        if (sig)
+                kill(r->pid, sig);
+        for (;;) {
+                pid_t p = waitpid(r->pid, &status, WNOHANG);
+
+                if (p == r->pid)
+                        break;
+                if (ts_now_ms() > until) {
+                        kill(r->pid, SIGKILL);
+                        waitpid(r->pid, &status, 0);
+                        track(r, false);
+                        r->pid = 0;
+                        ts_relay_dump_log(r);
+                        fail_msg("relay did not exit within %d ms of signal %d", timeout_ms, sig);
+                }
+                usleep(10000);
+        }
+        track(r, false);
+        r->pid = 0;
+        if (WIFEXITED(status))
+                return WEXITSTATUS(status);
+        return 128 + WTERMSIG(status);
+}
+
+static char *slurp(const char *path) {
+        FILE *f = fopen(path, "r");
+        char *buf = NULL;
+        size_t len = 0;
+
+        if (!f)
+                return strdup("");
+        FILE *m = open_memstream(&buf, &len);
+        char chunk[4096];
+        size_t n;
+
+        while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+                fwrite(chunk, 1, n, m);
+        fclose(f);
+        fclose(m);
+        return buf;
+}
+
+bool ts_relay_log_wait(struct ts_relay *r, const char *needle, int timeout_ms) {
+        int64_t until = ts_now_ms() + timeout_ms;
+
+        for (;;) {
+                char *s = slurp(r->log);
+                bool found = strstr(s, needle) != NULL;
+
+                free(s);
+                if (found)
+                        return true;
+                if (ts_now_ms() > until)
+                        return false;
+                usleep(20000);
+        }
+}
+
+void ts_relay_dump_log(const struct ts_relay *r) {
+        char *s = slurp(r->log);
+
+        fprintf(stderr, "----- relay log %s -----\n%s----- end of relay log -----\n", r->log, s);
+        free(s);
+}
+
+/* ---- Kafka ---- */
+
+static rd_kafka_conf_t *client_conf(void) {
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        char err[256];
+
+        if (rd_kafka_conf_set(conf, "bootstrap.servers", ts_env("KAFKA_BOOTSTRAP"), err, sizeof(err)) ||
+            rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err)))
+                fail_msg("conf: %s", err);
+        return conf;
+}
+
+static void msg_copy(struct ts_msg *d, const rd_kafka_message_t *m) {
+        rd_kafka_headers_t *h = NULL;
+
+        memset(d, 0, sizeof(*d));
+        d->topic = strdup(rd_kafka_topic_name(m->rkt));
+        d->partition = m->partition;
+        d->offset = m->offset;
+        if (m->key) {
+                d->key = malloc(m->key_len + 1);
+                memcpy(d->key, m->key, m->key_len);
+                d->key[m->key_len] = 0;
+                d->key_len = m->key_len;
+        }
+        if (m->payload) {
+                d->value = malloc(m->len + 1);
+                memcpy(d->value, m->payload, m->len);
+                d->value[m->len] = 0;
+                d->value_len = m->len;
+        }
+        d->timestamp = rd_kafka_message_timestamp(m, &d->tstype);
+        d->outbox_id = -1;
+        if (rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                size_t cnt = rd_kafka_header_cnt(h);
+                const char *name;
+                const void *val;
+                size_t sz;
+
+                d->headers = calloc(cnt ? cnt : 1, sizeof(*d->headers));
+                for (size_t i = 0; rd_kafka_header_get_all(h, i, &name, &val, &sz) == 0; i++) {
+                        struct ts_header *th = &d->headers[d->n_headers++];
+
+                        th->name = strdup(name);
+                        th->value = malloc(sz + 1);
+                        if (val)
+                                memcpy(th->value, val, sz);
+                        th->value[sz] = 0;
+                        th->value_len = sz;
+                        if (strcmp(name, "outbox-id") == 0)
+                                d->outbox_id = strtoll(th->value, NULL, 10);
+                }
+        }
+}
+
+void ts_consume(const char *const *topics, size_t expect, int timeout_ms, int settle_ms,
+                struct ts_msgs *out) {
+        rd_kafka_conf_t *conf = client_conf();
+        rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(16);
+        char err[256], group[64];
+        rd_kafka_t *rk;
+        size_t cap = expect + 16;
+        int64_t start = ts_now_ms(), last = start;
+
+        memset(out, 0, sizeof(*out));
+        out->v = calloc(cap, sizeof(*out->v));
+        snprintf(group, sizeof(group), "outbox-test-%d", (int)getpid());
+        rd_kafka_conf_set(conf, "group.id", group, err, sizeof(err));
+        rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof(err));
+        rd_kafka_conf_set(conf, "fetch.wait.max.ms", "50", err, sizeof(err));
+        rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+        if (!rk)
+                fail_msg("consumer: %s", err);
+        rd_kafka_poll_set_consumer(rk);
+        for (const char *const *t = topics; *t; t++) {
+                const struct rd_kafka_metadata *md = NULL;
+                rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, *t, NULL);
+                int parts_n = 0;
+
+                /* The topic exists once the relay produced to it; wait for its metadata. */
+                while (ts_now_ms() - start < timeout_ms) {
+                        if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+                            md->topic_cnt == 1 && md->topics[0].err == 0 &&
+                            md->topics[0].partition_cnt > 0) {
+                                parts_n = md->topics[0].partition_cnt;
+                                rd_kafka_metadata_destroy(md);
+                                break;
+                        }
+                        if (md)
+                                rd_kafka_metadata_destroy(md);
+                        md = NULL;
+                        usleep(200000);
+                }
+                rd_kafka_topic_destroy(rkt);
+                for (int p = 0; p < parts_n; p++)
+                        rd_kafka_topic_partition_list_add(parts, *t, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+        }
+        if (rd_kafka_assign(rk, parts))
+                fail_msg("assign failed");
+        for (;;) {
+                int64_t now = ts_now_ms();
+                rd_kafka_message_t *m;
+
+                if (now - start > timeout_ms)
+                        break;
+                if (out->n >= expect && now - last > settle_ms)
+                        break;
+                m = rd_kafka_consumer_poll(rk, 100);
+                if (!m)
+                        continue;
+                if (m->err) {
+                        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                                fprintf(stderr, "consumer: %s\n", rd_kafka_message_errstr(m));
+                        rd_kafka_message_destroy(m);
+                        continue;
+                }
+                if (out->n == cap) {
+                        cap *= 2;
+                        out->v = realloc(out->v, cap * sizeof(*out->v));
+                }
+                msg_copy(&out->v[out->n++], m);
+                last = ts_now_ms();
+                rd_kafka_message_destroy(m);
+        }
+        rd_kafka_topic_partition_list_destroy(parts);
+        rd_kafka_consumer_close(rk);
+        rd_kafka_destroy(rk);
+}
+
+void ts_msgs_free(struct ts_msgs *m) {
+        for (size_t i = 0; i < m->n; i++) {
+                struct ts_msg *x = &m->v[i];
+
+                free(x->topic);
+                free(x->key);
+                free(x->value);
+                for (size_t j = 0; j < x->n_headers; j++) {
+                        free(x->headers[j].name);
+                        free(x->headers[j].value);
+                }
+                free(x->headers);
+        }
+        free(m->v);
+        memset(m, 0, sizeof(*m));
+}
+
+static void on_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+        (void)rk;
+        (void)opaque;
+        *(rd_kafka_resp_err_t *)m->_private = m->err;
+}
+
+rd_kafka_resp_err_t ts_produce(const char *topic, const char *key, const void *value, size_t len) {
+        rd_kafka_conf_t *conf = client_conf();
+        rd_kafka_resp_err_t result = RD_KAFKA_RESP_ERR__IN_PROGRESS, e;
+        char err[256];
+        rd_kafka_t *rk;
+
+        rd_kafka_conf_set_dr_msg_cb(conf, on_dr);
+        rd_kafka_conf_set(conf, "enable.idempotence", "true", err, sizeof(err));
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+        if (!rk)
+                fail_msg("producer: %s", err);
+        e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+                              RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_OPAQUE(&result), RD_KAFKA_V_END);
+        if (e)
+                result = e;
+        else
+                rd_kafka_flush(rk, 30000);
+        rd_kafka_destroy(rk);
+        return result;
+}
+
+/* ---- verification ---- */
+
+struct expect_row {
+        int64_t id;
+        char *topic;
+        char *key;
+        size_t key_len;
+        unsigned char *payload;
+        size_t payload_len;
+        int64_t ts;
+        bool dead;
+        char *headers; /* canonical "k=v\n" lines sorted by key, "" when none */
+        bool seen;
+};
+
+static int cmp_id(const void *a, const void *b) {
+        int64_t x = ((const struct expect_row *)a)->id, y = ((const struct expect_row *)b)->id;
+        return (x > y) - (x < y);
+}
+
+static struct expect_row *find_row(struct expect_row *rows, size_t n, int64_t id) {
+        struct expect_row key = {.id = id};
+        return bsearch(&key, rows, n, sizeof(*rows), cmp_id);
+}
+
+static int cmp_str(const void *a, const void *b) {
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The message's headers (less outbox-id) in the same canonical form as the expectation. */
+static char *canon_headers(const struct ts_msg *m, int *id_headers) {
+        char **lines = calloc(m->n_headers + 1, sizeof(char *));
+        size_t n = 0, len = 0;
+        char *out;
+
+        *id_headers = 0;
+        for (size_t i = 0; i < m->n_headers; i++) {
+                if (strcmp(m->headers[i].name, "outbox-id") == 0) {
+                        (*id_headers)++;
+                        continue;
+                }
+                if (asprintf(&lines[n], "%s=%s\n", m->headers[i].name, m->headers[i].value) < 0)
+                        fail_msg("oom");
+                len += strlen(lines[n++]);
+        }
+        qsort(lines, n, sizeof(char *), cmp_str);
+        out = calloc(1, len + 1);
+        for (size_t i = 0; i < n; i++) {
+                strcat(out, lines[i]);
+                free(lines[i]);
+        }
+        free(lines);
+        return out;
+}
+
+struct msg_ref {
+        const struct ts_msg *m;
+};
+
+static int cmp_key_offset(const void *a, const void *b) {
+        const struct ts_msg *x = ((const struct msg_ref *)a)->m, *y = ((const struct msg_ref *)b)->m;
+        int c = strcmp(x->topic, y->topic);
+
+        if (c)
+                return c;
+        if (!x->key || !y->key)
+                return (x->key != NULL) - (y->key != NULL);
+        if (x->key_len != y->key_len)
+                return x->key_len < y->key_len ? -1 : 1;
+        c = memcmp(x->key, y->key, x->key_len);
+        if (c)
+                return c;
+        if (x->partition != y->partition)
+                return x->partition < y->partition ? -1 : 1;
+        return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+static bool same_key(const struct ts_msg *x, const struct ts_msg *y) {
+        return x->key && y->key && x->key_len == y->key_len && memcmp(x->key, y->key, x->key_len) == 0 &&
+               strcmp(x->topic, y->topic) == 0;
+}
+
+static char *topics_array(const char *const *topics) {
+        size_t len = 3;
+        char *s;
+
+        for (const char *const *t = topics; *t; t++)
+                len += strlen(*t) + 3;
+        s = calloc(1, len);
+        strcat(s, "{");
+        for (const char *const *t = topics; *t; t++) {
+                if (t != topics)
+                        strcat(s, ",");
+                strcat(s, "\"");
+                strcat(s, *t);
+                strcat(s, "\"");
+        }
+        strcat(s, "}");
+        return s;
+}
+
+void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bool exclude_dead,
+               struct ts_verify *out) {
+        char *arr = topics_array(topics);
+        const char *params[1] = {arr};
+        PGresult *res;
+        struct expect_row *rows;
+        size_t n, shown = 0;
+        struct msg_ref *refs;
+
+        memset(out, 0, sizeof(*out));
+        res = PQexecParams(c,
+                           "SELECT c.id, c.topic, c.key, c.payload,"
+                           " floor(extract(epoch FROM c.created_at) * 1000)::int8,"
+                           " (o.dead_at IS NOT NULL),"
+                           " coalesce((SELECT string_agg(h.key || '=' || h.value || E'\\n', '' ORDER BY h.key COLLATE \"C\")"
+                           "           FROM jsonb_each_text(c.headers) h), '')"
+                           " FROM outbox_test_copy c LEFT JOIN outbox o ON o.id = c.id"
+                           " WHERE c.topic = ANY($1::text[]) ORDER BY c.id",
+                           1, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK)
+                fail_msg("verify query: %s", PQresultErrorMessage(res));
+        n = (size_t)PQntuples(res);
+        rows = calloc(n + 1, sizeof(*rows));
+        for (size_t i = 0; i < n; i++) {
+                struct expect_row *r = &rows[i];
+
+                r->id = strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
+                r->topic = strdup(PQgetvalue(res, (int)i, 1));
+                if (!PQgetisnull(res, (int)i, 2)) {
+                        r->key = strdup(PQgetvalue(res, (int)i, 2));
+                        r->key_len = (size_t)PQgetlength(res, (int)i, 2);
+                }
+                if (!PQgetisnull(res, (int)i, 3))
+                        r->payload = PQunescapeBytea((const unsigned char *)PQgetvalue(res, (int)i, 3),
+                                                     &r->payload_len);
+                r->ts = strtoll(PQgetvalue(res, (int)i, 4), NULL, 10);
+                r->dead = PQgetvalue(res, (int)i, 5)[0] == 't';
+                r->headers = strdup(PQgetvalue(res, (int)i, 6));
+                if (!(exclude_dead && r->dead))
+                        out->expected++;
+        }
+        PQclear(res);
+        free(arr);
+
+        out->consumed = m->n;
+        for (size_t i = 0; i < m->n; i++) {
+                const struct ts_msg *msg = &m->v[i];
+                struct expect_row *r = find_row(rows, n, msg->outbox_id);
+                const char *why = NULL;
+                int id_headers;
+                char *hdrs;
+
+                if (!r) {
+                        out->unexpected++;
+                        if (shown++ < 5)
+                                fprintf(stderr, "verify: message %s/%d@%" PRId64 " has unknown outbox-id %" PRId64 "\n",
+                                        msg->topic, msg->partition, msg->offset, msg->outbox_id);
+                        continue;
+                }
+                if (r->seen)
+                        out->duplicates++;
+                r->seen = true;
+                hdrs = canon_headers(msg, &id_headers);
+                if (strcmp(msg->topic, r->topic) != 0)
+                        why = "topic";
+                else if ((msg->key == NULL) != (r->key == NULL) ||
+                         (r->key && (msg->key_len != r->key_len || memcmp(msg->key, r->key, r->key_len))))
+                        why = "key";
+                else if ((msg->value == NULL) != (r->payload == NULL) ||
+                         (r->payload && (msg->value_len != r->payload_len ||
+                                         memcmp(msg->value, r->payload, r->payload_len))))
+                        why = "payload";
+                else if (msg->timestamp != r->ts || msg->tstype != RD_KAFKA_TIMESTAMP_CREATE_TIME)
+                        why = "timestamp";
+                else if (id_headers != 1 || strcmp(hdrs, r->headers) != 0)
+                        why = "headers";
+                if (why) {
+                        out->mismatched++;
+                        if (shown++ < 5)
+                                fprintf(stderr, "verify: row %" PRId64 ": %s differs (headers got '%s' want '%s', ts %" PRId64 " vs %" PRId64 ")\n",
+                                        r->id, why, hdrs, r->headers, msg->timestamp, r->ts);
+                }
+                free(hdrs);
+        }
+        for (size_t i = 0; i < n; i++)
+                if (!rows[i].seen && !(exclude_dead && rows[i].dead)) {
+                        out->missing++;
+                        if (shown++ < 5)
+                                fprintf(stderr, "verify: row %" PRId64 " (topic %s) never arrived\n",
+                                        rows[i].id, rows[i].topic);
+                }
+
+        /* Per-key order: within a key (one partition), the first delivery of each id must come
+         * in id order. */
+        refs = calloc(m->n + 1, sizeof(*refs));
+        for (size_t i = 0; i < m->n; i++)
+                refs[i].m = &m->v[i];
+        qsort(refs, m->n, sizeof(*refs), cmp_key_offset);
+        int64_t last = -1;
+
+        for (size_t i = 0, start = 0; i < m->n; i++) {
+                const struct ts_msg *x = refs[i].m;
+
+                if (!x->key)
+                        continue;
+                if (i == 0 || !same_key(refs[i - 1].m, x)) {
+                        start = i;
+                        last = -1;
+                }
+                if (x->outbox_id > last) {
+                        last = x->outbox_id;
+                        continue;
+                }
+                /* An older id again is a duplicate when it was delivered before, otherwise it
+                 * overtook a later one: an order violation. */
+                bool seen_before = false;
+                for (size_t k = start; k < i; k++)
+                        seen_before |= refs[k].m->outbox_id == x->outbox_id;
+                if (!seen_before) {
+                        out->order_violations++;
+                        if (shown++ < 5)
+                                fprintf(stderr, "verify: key '%s': id %" PRId64 " delivered after %" PRId64 "\n",
+                                        x->key, x->outbox_id, last);
+                }
+        }
+        free(refs);
+        for (size_t i = 0; i < n; i++) {
+                free(rows[i].topic);
+                free(rows[i].key);
+                PQfreemem(rows[i].payload);
+                free(rows[i].headers);
+        }
+        free(rows);
+        fprintf(stderr, "verify: expected %zu, consumed %zu, missing %zu, duplicates %zu, mismatched %zu, "
+                        "order violations %zu, unexpected %zu\n",
+                out->expected, out->consumed, out->missing, out->duplicates, out->mismatched,
+                out->order_violations, out->unexpected);
+}
+
+bool ts_wait_drained(PGconn *c, const char *const *topics, int timeout_ms) {
+        int64_t until = ts_now_ms() + timeout_ms;
+        char *arr = topics_array(topics);
+        bool ok = false;
+
+        for (;;) {
+                const char *params[1] = {arr};
+                PGresult *res = PQexecParams(c,
+                                             "SELECT count(*) FROM outbox WHERE topic = ANY($1::text[])"
+                                             " AND published_at IS NULL AND dead_at IS NULL",
+                                             1, NULL, params, NULL, NULL, 0);
+                long left = PQresultStatus(res) == PGRES_TUPLES_OK ? atol(PQgetvalue(res, 0, 0)) : -1;
+
+                PQclear(res);
+                if (left == 0) {
+                        ok = true;
+                        break;
+                }
+                if (ts_now_ms() > until)
+                        break;
+                usleep(50000);
+        }
+        free(arr);
+        return ok;
+}

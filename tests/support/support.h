@@ -1,0 +1,96 @@
+/* support.h -- Shared test support: the test bed's servers, the relay as a process, topic checks. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+
+/* ---- environment (written by scripts/testbed.sh); a missing variable aborts the test run ---- */
+const char *ts_env(const char *name);
+/* "host=… port=… dbname=… user=…" for the test bed's PostgreSQL. */
+const char *ts_conninfo(void);
+/* A topic name unique to this run: "<prefix>-<pid>-<counter>". Returns a static buffer copy. */
+char *ts_topic(const char *prefix);
+/* Monotonic milliseconds. */
+int64_t ts_now_ms(void);
+
+/* ---- PostgreSQL ---- */
+PGconn *ts_pg_connect(void);
+/* Runs SQL (printf-style) and fails the test on error. */
+void ts_pg_exec(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* First column of the first row as int64 (fails the test on error or NULL). */
+int64_t ts_pg_int(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Installs (idempotently) outbox_test_copy: a row trigger copying every committed outbox row,
+ * so tests can compare what arrived with what was written even after the relay deleted it. */
+void ts_pg_install_copy(PGconn *c);
+
+/* ---- the relay as a process ---- */
+struct ts_relay {
+        pid_t pid;
+        char dir[256];
+        char conf[300];
+        char log[300];
+};
+/* Writes a config (postgres and kafka groups filled in; `relay_group` is the body of the relay
+ * group, e.g. "finish = \"mark\"; poll_interval = \"1s\";") and starts the daemon. */
+void ts_relay_start(struct ts_relay *r, const char *relay_group, const char *extra_groups);
+/* Sends sig and waits up to timeout_ms; returns the exit status (or 128+signal). */
+int ts_relay_stop(struct ts_relay *r, int sig, int timeout_ms);
+/* True once the relay's log contains `needle` (waits up to timeout_ms). */
+bool ts_relay_log_wait(struct ts_relay *r, const char *needle, int timeout_ms);
+void ts_relay_dump_log(const struct ts_relay *r);
+/* cmocka teardown: kills (and shows the log of) any relay a failed test left running. */
+int ts_teardown(void **state);
+
+/* ---- Kafka ---- */
+struct ts_header {
+        char *name;
+        char *value;
+        size_t value_len;
+};
+struct ts_msg {
+        char *topic;
+        int32_t partition;
+        int64_t offset;
+        char *key; /* NULL = no key */
+        size_t key_len;
+        char *value; /* NULL = tombstone */
+        size_t value_len;
+        int64_t timestamp;
+        rd_kafka_timestamp_type_t tstype;
+        struct ts_header *headers;
+        size_t n_headers;
+        int64_t outbox_id; /* from the outbox-id header, -1 if absent */
+};
+struct ts_msgs {
+        struct ts_msg *v;
+        size_t n;
+};
+/* Reads every partition of each topic (NULL-terminated list) from the beginning until `expect`
+ * messages arrived and nothing more came for settle_ms, or timeout_ms passed. */
+void ts_consume(const char *const *topics, size_t expect, int timeout_ms, int settle_ms,
+                struct ts_msgs *out);
+void ts_msgs_free(struct ts_msgs *m);
+/* Produces one message and waits for its delivery report; returns the error code. */
+rd_kafka_resp_err_t ts_produce(const char *topic, const char *key, const void *value, size_t len);
+
+/* ---- verification ---- */
+struct ts_verify {
+        size_t expected;    /* rows in outbox_test_copy for the topics */
+        size_t consumed;    /* messages read */
+        size_t missing;     /* expected rows with no message */
+        size_t duplicates;  /* consumed - distinct outbox ids */
+        size_t mismatched;  /* messages whose topic/key/payload/headers/timestamp differ */
+        size_t order_violations; /* first deliveries of a key out of id order */
+        size_t unexpected;  /* messages with an outbox-id not in the copy */
+};
+/* Compares the copy table's rows for `topics` (NULL-terminated) with the consumed messages and
+ * prints the first few differences. `exclude_dead`: rows dead-lettered are not expected. */
+void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bool exclude_dead,
+               struct ts_verify *out);
+/* Waits until no pending (not published, not dead) row of the topics is left. */
+bool ts_wait_drained(PGconn *c, const char *const *topics, int timeout_ms);

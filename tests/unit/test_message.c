@@ -1,0 +1,249 @@
+/* test_message.c -- Unit tests for delivery-error classification and the row header builder. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "message.h"
+
+/* A buffer literal's length including its final explicit NUL (but not the compiler's one). */
+#define BUF(s) (s), (sizeof(s) - 1)
+
+struct classify_case {
+        rd_kafka_resp_err_t err;
+        enum outcome expected;
+};
+
+static void check_cases(const struct classify_case *cases, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                enum outcome got = message_classify(cases[i].err);
+
+                if (got != cases[i].expected)
+                        fail_msg("message_classify(%s) = %s, expected %s",
+                                 rd_kafka_err2name(cases[i].err), outcome_to_string(got),
+                                 outcome_to_string(cases[i].expected));
+        }
+}
+
+static void test_classify_ok(void **state) {
+        (void)state;
+        assert_int_equal(message_classify(RD_KAFKA_RESP_ERR_NO_ERROR), OUTCOME_OK);
+}
+
+static void test_classify_permanent(void **state) {
+        static const struct classify_case cases[] = {
+                {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, OUTCOME_PERMANENT},
+                {RD_KAFKA_RESP_ERR_INVALID_RECORD, OUTCOME_PERMANENT},
+                {RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE, OUTCOME_PERMANENT},
+        };
+
+        (void)state;
+        check_cases(cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+static void test_classify_config(void **state) {
+        static const struct classify_case cases[] = {
+                {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, OUTCOME_CONFIG},
+                {RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC, OUTCOME_CONFIG},
+                {RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, OUTCOME_CONFIG},
+        };
+
+        (void)state;
+        check_cases(cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+static void test_classify_fatal(void **state) {
+        static const struct classify_case cases[] = {
+                {RD_KAFKA_RESP_ERR__FATAL, OUTCOME_FATAL},
+                {RD_KAFKA_RESP_ERR__FENCED, OUTCOME_FATAL},
+        };
+
+        (void)state;
+        check_cases(cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+static void test_classify_transient(void **state) {
+        static const struct classify_case cases[] = {
+                {RD_KAFKA_RESP_ERR__MSG_TIMED_OUT, OUTCOME_TRANSIENT},
+                {RD_KAFKA_RESP_ERR__TRANSPORT, OUTCOME_TRANSIENT},
+                {RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS, OUTCOME_TRANSIENT},
+                {RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT, OUTCOME_TRANSIENT},
+                {RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE, OUTCOME_TRANSIENT},
+                {RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, OUTCOME_TRANSIENT},
+                {RD_KAFKA_RESP_ERR__PURGE_QUEUE, OUTCOME_TRANSIENT},
+                {RD_KAFKA_RESP_ERR__PURGE_INFLIGHT, OUTCOME_TRANSIENT},
+                {RD_KAFKA_RESP_ERR__QUEUE_FULL, OUTCOME_TRANSIENT},
+                {RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN, OUTCOME_TRANSIENT},
+        };
+
+        (void)state;
+        check_cases(cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+static void test_outcome_to_string(void **state) {
+        (void)state;
+        assert_string_equal(outcome_to_string(OUTCOME_OK), "ok");
+        assert_string_equal(outcome_to_string(OUTCOME_TRANSIENT), "transient");
+        assert_string_equal(outcome_to_string(OUTCOME_PERMANENT), "permanent");
+        assert_string_equal(outcome_to_string(OUTCOME_CONFIG), "configuration");
+        assert_string_equal(outcome_to_string(OUTCOME_FATAL), "fatal");
+        assert_string_equal(outcome_to_string((enum outcome)42), "?");
+}
+
+/* Asserts that header `idx` of `h` is exactly name=value (value_len bytes). */
+static void check_header(const rd_kafka_headers_t *h, size_t idx, const char *name,
+                         const char *value, size_t value_len) {
+        const char *got_name = NULL;
+        const void *got_value = NULL;
+        size_t got_size = (size_t)-1;
+
+        assert_int_equal(rd_kafka_header_get_all(h, idx, &got_name, &got_value, &got_size),
+                         RD_KAFKA_RESP_ERR_NO_ERROR);
+        assert_non_null(got_name);
+        assert_string_equal(got_name, name);
+        assert_int_equal(got_size, value_len);
+        if (value_len > 0) {
+                assert_non_null(got_value);
+                assert_memory_equal(got_value, value, value_len);
+        }
+}
+
+static void check_no_header(const rd_kafka_headers_t *h, size_t idx) {
+        const char *got_name = NULL;
+        const void *got_value = NULL;
+        size_t got_size = 0;
+
+        assert_int_equal(rd_kafka_header_get_all(h, idx, &got_name, &got_value, &got_size),
+                         RD_KAFKA_RESP_ERR__NOENT);
+}
+
+static void test_headers_null_buffer_large_id(void **state) {
+        rd_kafka_headers_t *h = NULL;
+
+        (void)state;
+        assert_int_equal(message_headers(NULL, 0, INT64_C(9007199254740993), &h), 0);
+        assert_non_null(h);
+        assert_int_equal(rd_kafka_header_cnt(h), 1);
+        check_header(h, 0, MESSAGE_ID_HEADER, "9007199254740993", 16);
+        check_no_header(h, 1);
+        rd_kafka_headers_destroy(h);
+}
+
+static void test_headers_null_buffer_small_id(void **state) {
+        rd_kafka_headers_t *h = NULL;
+
+        (void)state;
+        assert_int_equal(message_headers(NULL, 0, 1, &h), 0);
+        assert_non_null(h);
+        assert_int_equal(rd_kafka_header_cnt(h), 1);
+        check_header(h, 0, "outbox-id", "1", 1);
+        check_no_header(h, 1);
+        rd_kafka_headers_destroy(h);
+}
+
+static void test_headers_id_extremes(void **state) {
+        rd_kafka_headers_t *h = NULL;
+
+        (void)state;
+        assert_int_equal(message_headers(NULL, 0, INT64_MAX, &h), 0);
+        check_header(h, 0, MESSAGE_ID_HEADER, "9223372036854775807", 19);
+        rd_kafka_headers_destroy(h);
+
+        h = NULL;
+        assert_int_equal(message_headers(NULL, 0, INT64_MIN, &h), 0);
+        check_header(h, 0, MESSAGE_ID_HEADER, "-9223372036854775808", 20);
+        rd_kafka_headers_destroy(h);
+}
+
+static void test_headers_pairs_in_order(void **state) {
+        rd_kafka_headers_t *h = NULL;
+
+        (void)state;
+        assert_int_equal(message_headers(BUF("a\0x\0bb\0yy\0"), 42, &h), 0);
+        assert_non_null(h);
+        assert_int_equal(rd_kafka_header_cnt(h), 3);
+        check_header(h, 0, "a", "x", 1);
+        check_header(h, 1, "bb", "yy", 2);
+        check_header(h, 2, MESSAGE_ID_HEADER, "42", 2);
+        check_no_header(h, 3);
+        rd_kafka_headers_destroy(h);
+}
+
+static void test_headers_empty_value(void **state) {
+        rd_kafka_headers_t *h = NULL;
+
+        (void)state;
+        assert_int_equal(message_headers(BUF("k\0\0"), 7, &h), 0);
+        assert_non_null(h);
+        assert_int_equal(rd_kafka_header_cnt(h), 2);
+        check_header(h, 0, "k", "", 0);
+        check_header(h, 1, MESSAGE_ID_HEADER, "7", 1);
+        check_no_header(h, 2);
+        rd_kafka_headers_destroy(h);
+}
+
+static void test_headers_repeated_name_kept(void **state) {
+        rd_kafka_headers_t *h = NULL;
+
+        (void)state;
+        /* Kafka headers are a list, not a map: both values survive, in order. */
+        assert_int_equal(message_headers(BUF("k\0one\0k\0two\0"), 5, &h), 0);
+        assert_int_equal(rd_kafka_header_cnt(h), 3);
+        check_header(h, 0, "k", "one", 3);
+        check_header(h, 1, "k", "two", 3);
+        check_header(h, 2, MESSAGE_ID_HEADER, "5", 1);
+        rd_kafka_headers_destroy(h);
+}
+
+/* Calls message_headers on a malformed buffer: -EBADMSG and *out reset to NULL. */
+static void check_malformed(const char *buf, size_t len) {
+        static int sentinel;
+        rd_kafka_headers_t *h = (rd_kafka_headers_t *)(void *)&sentinel;
+
+        assert_int_equal(message_headers(buf, len, 1, &h), -EBADMSG);
+        assert_null(h);
+}
+
+static void test_headers_malformed_odd_strings(void **state) {
+        (void)state;
+        check_malformed(BUF("a\0"));
+        check_malformed(BUF("a\0b\0c\0"));
+}
+
+static void test_headers_malformed_missing_final_nul(void **state) {
+        (void)state;
+        check_malformed("a\0b", 3);
+        check_malformed("a\0b\0c", 5);
+}
+
+static void test_headers_malformed_zero_length(void **state) {
+        (void)state;
+        check_malformed("", 0);
+        check_malformed("a\0b\0", 0);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_classify_ok),
+                cmocka_unit_test(test_classify_permanent),
+                cmocka_unit_test(test_classify_config),
+                cmocka_unit_test(test_classify_fatal),
+                cmocka_unit_test(test_classify_transient),
+                cmocka_unit_test(test_outcome_to_string),
+                cmocka_unit_test(test_headers_null_buffer_large_id),
+                cmocka_unit_test(test_headers_null_buffer_small_id),
+                cmocka_unit_test(test_headers_id_extremes),
+                cmocka_unit_test(test_headers_pairs_in_order),
+                cmocka_unit_test(test_headers_empty_value),
+                cmocka_unit_test(test_headers_repeated_name_kept),
+                cmocka_unit_test(test_headers_malformed_odd_strings),
+                cmocka_unit_test(test_headers_malformed_missing_final_nul),
+                cmocka_unit_test(test_headers_malformed_zero_length),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
