@@ -1,0 +1,1463 @@
+/* config.c -- Load the libconfig file and validate it into a typed struct (DESIGN §7). */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libconfig.h>
+#include <libgen.h>
+#include <libpq-fe.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h" /* log_level_from_string() only: this module fills err buffers, it never logs */
+
+/* ---- the key table ------------------------------------------------------------------------ */
+
+enum key_kind {
+        KEY_INT,      /* libconfig int or int64, range min..max */
+        KEY_RATIO,    /* number in (0, 1] */
+        KEY_DURATION, /* string "250ms", "1.5s", "5m", …; stored as usec, range min..max */
+        KEY_CONNINFO, /* libpq conninfo or URI, checked with PQconninfoParse() */
+        KEY_TABLE,    /* identifier, optionally schema-qualified */
+        KEY_CHANNEL,  /* identifier */
+        KEY_FINISH,   /* "delete" | "mark" */
+        KEY_LOGLEVEL, /* "error" | "warning" | "notice" | "info" | "debug" */
+};
+
+struct key {
+        const char *group;
+        const char *name;
+        enum key_kind kind;
+        size_t offset;       /* into struct relay_config */
+        long long min, max;  /* KEY_INT: value; KEY_DURATION: usec */
+        bool zero_ok;        /* KEY_DURATION: "0" has a meaning (e.g. keep forever) */
+        long long def;       /* default of every non-string kind (usec for durations) */
+        double def_real;     /* KEY_RATIO default */
+        const char *def_str; /* default of the string kinds */
+};
+
+#define SEC(n) ((long long)(n) * (long long)USEC_PER_SEC)
+#define MSEC(n) ((long long)(n) * (long long)USEC_PER_MSEC)
+#define MIN(n) SEC((n) * 60LL)
+#define HOUR(n) MIN((n) * 60LL)
+#define DAY(n) HOUR((n) * 24LL)
+#define OFF(f) offsetof(struct relay_config, f)
+
+/* One row per key. The sample etc/outbox-relay.conf documents the same rows; a unit test
+ * checks that loading the sample gives exactly these defaults. */
+static const struct key keys[] = {
+        {"postgres", "conninfo", KEY_CONNINFO, OFF(postgres.conninfo), .def_str = ""},
+        {"postgres", "table", KEY_TABLE, OFF(postgres.table), .def_str = "outbox"},
+        {"postgres", "channel", KEY_CHANNEL, OFF(postgres.channel), .def_str = "outbox"},
+        {"postgres", "connect_timeout", KEY_DURATION, OFF(postgres.connect_timeout), SEC(1), MIN(10),
+         .def = SEC(10)},
+        {"postgres", "statement_timeout", KEY_DURATION, OFF(postgres.statement_timeout), MSEC(100),
+         HOUR(1), .def = SEC(30)},
+        {"postgres", "keepalives_idle", KEY_DURATION, OFF(postgres.keepalives_idle), SEC(1), HOUR(2),
+         .def = SEC(30)},
+        {"postgres", "tcp_user_timeout", KEY_DURATION, OFF(postgres.tcp_user_timeout), SEC(1), HOUR(1),
+         .def = SEC(30)},
+
+        {"relay", "batch_size", KEY_INT, OFF(relay.batch_size), 1, 10000, .def = 500},
+        {"relay", "poll_interval", KEY_DURATION, OFF(relay.poll_interval), MSEC(10), MIN(10),
+         .def = SEC(5)},
+        {"relay", "batch_timeout", KEY_DURATION, OFF(relay.batch_timeout), SEC(1), HOUR(1),
+         .def = SEC(60)},
+        {"relay", "drain_timeout", KEY_DURATION, OFF(relay.drain_timeout), SEC(1), HOUR(1),
+         .def = SEC(30)},
+        {"relay", "finish", KEY_FINISH, OFF(relay.finish), .def = FINISH_DELETE},
+        {"relay", "max_attempts", KEY_INT, OFF(relay.max_attempts), 1, 1000, .def = 10},
+        {"relay", "retention", KEY_DURATION, OFF(relay.retention), MIN(1), DAY(3650), true,
+         .def = DAY(7)},
+        {"relay", "status_interval", KEY_DURATION, OFF(relay.status_interval), SEC(1), DAY(1),
+         .def = SEC(60)},
+
+        {"breaker", "failure_threshold", KEY_INT, OFF(breaker.failure_threshold), 1, 1000, .def = 5},
+        {"breaker", "failure_ratio", KEY_RATIO, OFF(breaker.failure_ratio), .def_real = 0.5},
+        {"breaker", "window", KEY_INT, OFF(breaker.window), 1, 10000, .def = 20},
+        {"breaker", "cooldown", KEY_DURATION, OFF(breaker.cooldown), MSEC(100), HOUR(1), .def = SEC(5)},
+        {"breaker", "cooldown_max", KEY_DURATION, OFF(breaker.cooldown_max), MSEC(100), DAY(1),
+         .def = MIN(5)},
+
+        {"retry", "base", KEY_DURATION, OFF(retry.base), MSEC(1), HOUR(1), .def = MSEC(200)},
+        {"retry", "cap", KEY_DURATION, OFF(retry.cap), MSEC(1), DAY(1), .def = SEC(30)},
+
+        {"log", "level", KEY_LOGLEVEL, OFF(log.level), .def = LOG_INFO},
+};
+
+static const char *const groups[] = {"postgres", "kafka", "relay", "breaker", "retry", "log"};
+
+static void *field(struct relay_config *c, const struct key *k) {
+        return (char *)c + k->offset;
+}
+
+static const struct key *key_find(const char *group, const char *name) {
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++)
+                if (strcmp(keys[i].group, group) == 0 && strcmp(keys[i].name, name) == 0)
+                        return &keys[i];
+        return NULL;
+}
+
+/* ---- small string helpers ----------------------------------------------------------------- */
+
+/* Bounded appender: output is always NUL-terminated, excess is dropped. */
+struct sbuf {
+        char *buf;
+        size_t size, len;
+};
+
+static void sb_putn(struct sbuf *b, const char *s, size_t n) {
+        for (size_t i = 0; i < n && b->len + 1 < b->size; i++)
+                b->buf[b->len++] = s[i];
+        if (b->size)
+                b->buf[b->len < b->size ? b->len : b->size - 1] = 0;
+}
+
+static void sb_puts(struct sbuf *b, const char *s) {
+        sb_putn(b, s, strlen(s));
+}
+
+static void sb_putc(struct sbuf *b, char ch) {
+        sb_putn(b, &ch, 1);
+}
+
+/* User text in messages: double-quoted, control characters escaped, long values cut. */
+static const char *quote(const char *s, char *buf, size_t size) {
+        struct sbuf b = {buf, size, 0};
+        size_t i;
+
+        sb_putc(&b, '"');
+        for (i = 0; s[i] && i < 80; i++) {
+                unsigned char ch = (unsigned char)s[i];
+                char esc[8];
+
+                if (ch == '"' || ch == '\\') {
+                        sb_putc(&b, '\\');
+                        sb_putc(&b, (char)ch);
+                } else if (ch < 0x20 || ch == 0x7f) {
+                        snprintf(esc, sizeof(esc), "\\x%02x", ch);
+                        sb_puts(&b, esc);
+                } else
+                        sb_putc(&b, (char)ch);
+        }
+        sb_putc(&b, '"');
+        if (s[i])
+                sb_puts(&b, "...");
+        return buf;
+}
+
+static bool name_char(int ch) {
+        return isalnum(ch) || ch == '_';
+}
+
+/* [A-Za-z_][A-Za-z0-9_]*, at most 63 characters (NAMEDATALEN - 1), n bytes of s. */
+static bool valid_identifier(const char *s, size_t n) {
+        if (n == 0 || n > 63 || isdigit((unsigned char)s[0]))
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!isascii((unsigned char)s[i]) || !name_char((unsigned char)s[i]))
+                        return false;
+        return true;
+}
+
+static bool valid_qualified_identifier(const char *s) {
+        const char *dot = strchr(s, '.');
+
+        if (!dot)
+                return valid_identifier(s, strlen(s));
+        return valid_identifier(s, (size_t)(dot - s)) && valid_identifier(dot + 1, strlen(dot + 1));
+}
+
+/* ---- durations ---------------------------------------------------------------------------- */
+
+static const struct {
+        const char *suffix;
+        usec_t usec;
+} duration_units[] = {
+        {"us", 1},
+        {"ms", USEC_PER_MSEC},
+        {"s", USEC_PER_SEC},
+        {"m", 60 * USEC_PER_SEC},
+        {"min", 60 * USEC_PER_SEC},
+        {"h", 3600 * USEC_PER_SEC},
+        {"d", 86400 * USEC_PER_SEC},
+};
+
+/* "250ms", "30s", "1.5s", "5m", "2h", "7d", or "0". Returns 0, -EINVAL (not a duration) or
+ * -ERANGE (does not fit). Up to six fractional digits count; the result is truncated to
+ * whole microseconds. */
+static int parse_duration(const char *s, usec_t *ret) {
+        const char *p = s;
+        uint64_t whole = 0, frac = 0, frac_div = 1, unit = 0, total;
+        bool digits = false, overflow = false;
+
+        while (*p >= '0' && *p <= '9') {
+                digits = true;
+                if (whole > (UINT64_MAX - 9) / 10)
+                        overflow = true;
+                else
+                        whole = whole * 10 + (uint64_t)(*p - '0');
+                p++;
+        }
+        if (*p == '.') {
+                p++;
+                if (!(*p >= '0' && *p <= '9'))
+                        return -EINVAL;
+                while (*p >= '0' && *p <= '9') {
+                        digits = true;
+                        if (frac_div < 1000000) {
+                                frac = frac * 10 + (uint64_t)(*p - '0');
+                                frac_div *= 10;
+                        }
+                        p++;
+                }
+        }
+        if (!digits)
+                return -EINVAL;
+        if (*p == 0) {
+                /* A bare number is ambiguous; only zero means the same in every unit. */
+                if (whole != 0 || frac != 0)
+                        return -EINVAL;
+                *ret = 0;
+                return 0;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(duration_units); i++)
+                if (strcmp(p, duration_units[i].suffix) == 0)
+                        unit = duration_units[i].usec;
+        if (unit == 0)
+                return -EINVAL;
+        if (overflow || __builtin_mul_overflow(whole, unit, &total) ||
+            __builtin_add_overflow(total, frac * unit / frac_div, &total) || total > INT64_MAX)
+                return -ERANGE;
+        *ret = total;
+        return 0;
+}
+
+/* Renders usec in the largest unit that divides it exactly ("5m", "1500ms", "0"). */
+static const char *format_duration(usec_t u, char *buf, size_t size) {
+        static const size_t order[] = {6, 5, 3, 2, 1, 0}; /* d, h, m, s, ms, us */
+
+        if (u == 0) {
+                snprintf(buf, size, "0");
+                return buf;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(order); i++) {
+                usec_t unit = duration_units[order[i]].usec;
+
+                if (u % unit == 0) {
+                        snprintf(buf, size, "%llu%s", (unsigned long long)(u / unit),
+                                 duration_units[order[i]].suffix);
+                        break;
+                }
+        }
+        return buf;
+}
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+/* "FILE:LINE: message", or "FILE: message" for file-level errors (line <= 0). */
+static int errorf(char *err, size_t errsz, const char *file, int line, const char *fmt, ...)
+        _printf_(5, 6);
+static int errorf(char *err, size_t errsz, const char *file, int line, const char *fmt, ...) {
+        va_list ap;
+        int n;
+
+        if (!err || errsz == 0)
+                return -EINVAL;
+        if (line > 0)
+                n = snprintf(err, errsz, "%s:%d: ", file, line);
+        else
+                n = snprintf(err, errsz, "%s: ", file);
+        if (n < 0 || (size_t)n >= errsz)
+                return -EINVAL;
+        va_start(ap, fmt);
+        vsnprintf(err + n, errsz - (size_t)n, fmt, ap);
+        va_end(ap);
+        return -EINVAL;
+}
+
+struct loader {
+        const char *file; /* the path given to config_load() */
+        char *err;
+        size_t errsz;
+        /* Cache of one source file's text, for literal_int64(). */
+        char *src_file;
+        char *src;
+        /* Where each row of keys[] was set (line 0: not in the file). */
+        const char *key_file[ELEMENTSOF(keys)];
+        int key_line[ELEMENTSOF(keys)];
+        /* libconfig records an @include by the name written, but opens it in include_dir. */
+        const char *include_dir;
+        const char *included[16];
+        char *included_path[16];
+        size_t n_included;
+};
+
+/* The path of a file libconfig read, as the user can open it. */
+static const char *source_path(struct loader *l, const char *f) {
+        size_t i;
+
+        if (!f)
+                return l->file;
+        if (f[0] == '/' || !l->include_dir || strcmp(f, l->file) == 0)
+                return f;
+        for (i = 0; i < l->n_included; i++)
+                if (strcmp(l->included[i], f) == 0)
+                        return l->included_path[i];
+        if (i == ELEMENTSOF(l->included) ||
+            asprintf(&l->included_path[i], "%s/%s", l->include_dir, f) < 0)
+                return f;
+        l->included[i] = f;
+        l->n_included++;
+        return l->included_path[i];
+}
+
+static const char *setting_file(struct loader *l, const config_setting_t *s) {
+        return source_path(l, config_setting_source_file(s));
+}
+
+static const char *setting_path(const config_setting_t *s, char *buf, size_t size) {
+        const config_setting_t *parent = config_setting_parent(s);
+        const char *name = config_setting_name(s);
+
+        if (parent && config_setting_name(parent))
+                snprintf(buf, size, "%s.%s", config_setting_name(parent), name ? name : "?");
+        else
+                snprintf(buf, size, "%s", name ? name : "?");
+        return buf;
+}
+
+/* "FILE:LINE: group.key: message" for setting s. Returns -EINVAL. */
+static int setting_error(struct loader *l, const config_setting_t *s, const char *fmt, ...)
+        _printf_(3, 4);
+static int setting_error(struct loader *l, const config_setting_t *s, const char *fmt, ...) {
+        char msg[1024], path[256];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        return errorf(l->err, l->errsz, setting_file(l, s), config_setting_source_line(s), "%s: %s",
+                      setting_path(s, path, sizeof(path)), msg);
+}
+
+/* What the user wrote, for "(got …)": `integer 5`, `string "x"`, `group`. */
+static const char *describe(const config_setting_t *s, char *buf, size_t size) {
+        char q[128];
+
+        switch (config_setting_type(s)) {
+        case CONFIG_TYPE_INT:
+                snprintf(buf, size, "integer %d", config_setting_get_int(s));
+                break;
+        case CONFIG_TYPE_INT64:
+                snprintf(buf, size, "integer %lld", config_setting_get_int64(s));
+                break;
+        case CONFIG_TYPE_FLOAT:
+                snprintf(buf, size, "float %g", config_setting_get_float(s));
+                break;
+        case CONFIG_TYPE_STRING:
+                snprintf(buf, size, "string %s", quote(config_setting_get_string(s), q, sizeof(q)));
+                break;
+        case CONFIG_TYPE_BOOL:
+                snprintf(buf, size, "boolean %s", config_setting_get_bool(s) ? "true" : "false");
+                break;
+        case CONFIG_TYPE_GROUP:
+                snprintf(buf, size, "group");
+                break;
+        case CONFIG_TYPE_ARRAY:
+                snprintf(buf, size, "array");
+                break;
+        case CONFIG_TYPE_LIST:
+                snprintf(buf, size, "list");
+                break;
+        default:
+                snprintf(buf, size, "nothing");
+        }
+        return buf;
+}
+
+/* ---- integers: libconfig 1.5 truncates 64-bit literals without the L suffix ---------------- */
+
+static char *read_file_text(const char *path) {
+        char *text = NULL;
+        size_t len = 0, cap = 0;
+        FILE *f = fopen(path, "re");
+
+        if (!f)
+                return NULL;
+        for (;;) {
+                size_t n;
+
+                if (cap - len < 4096) {
+                        char *t = realloc(text, cap + 65536);
+
+                        if (!t) {
+                                free(text);
+                                fclose(f);
+                                return NULL;
+                        }
+                        text = t;
+                        cap += 65536;
+                }
+                n = fread(text + len, 1, cap - len - 1, f);
+                len += n;
+                if (n == 0)
+                        break;
+        }
+        fclose(f);
+        text[len] = 0;
+        return text;
+}
+
+/* Parses an integer literal at p as libconfig writes it: [+-]digits or [+-]0xHEX, no L
+ * suffix. Returns 1 and sets *v (or *overflow) when it is one, 0 otherwise. */
+static int parse_int_literal(const char *p, long long *v, bool *overflow) {
+        uint64_t mag = 0;
+        bool neg = false, hex = false, any = false;
+
+        *overflow = false;
+        if (*p == '-' || *p == '+')
+                neg = *p++ == '-';
+        if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+                hex = true;
+                p += 2;
+        }
+        for (;; p++) {
+                int d;
+
+                if (*p >= '0' && *p <= '9')
+                        d = *p - '0';
+                else if (hex && isxdigit((unsigned char)*p))
+                        d = tolower((unsigned char)*p) - 'a' + 10;
+                else
+                        break;
+                any = true;
+                if (mag > (UINT64_MAX - (uint64_t)d) / (hex ? 16 : 10))
+                        *overflow = true;
+                else
+                        mag = mag * (hex ? 16 : 10) + (uint64_t)d;
+        }
+        if (!any || name_char((unsigned char)*p) || *p == '.')
+                return 0;
+        if (*overflow || mag > (uint64_t)INT64_MAX + (neg ? 1 : 0)) {
+                *overflow = true;
+                return 1;
+        }
+        *v = neg ? (long long)(0 - mag) : (long long)mag;
+        return 1;
+}
+
+/* Counts the settings before s (depth first, file order) named like s on the same line of
+ * the same file, so that `a = { n = 1; }; b = { n = 2; };` finds the right `n`. */
+static int same_line_index(const config_setting_t *node, const config_setting_t *s, int *count) {
+        int n = config_setting_length(node);
+
+        for (int i = 0; i < n; i++) {
+                const config_setting_t *e = config_setting_get_elem(node, (unsigned)i);
+                const char *en = config_setting_name(e), *ef = config_setting_source_file(e);
+                const char *sf = config_setting_source_file(s);
+
+                if (e == s)
+                        return 1;
+                if (en && strcmp(en, config_setting_name(s)) == 0 &&
+                    config_setting_source_line(e) == config_setting_source_line(s) && ef && sf &&
+                    strcmp(ef, sf) == 0)
+                        (*count)++;
+                if (config_setting_is_aggregate(e) && same_line_index(e, s, count))
+                        return 1;
+        }
+        return 0;
+}
+
+/* libconfig 1.5 stores `x = 5000000000;` as INT 705032704 (the low 32 bits) without a word.
+ * Find the literal written after the setting's name in the source and return the value it
+ * really denotes. Returns 0 (*v set; the stored value when the text cannot be matched) or
+ * -ERANGE when the literal does not even fit 64 bits. */
+static int literal_int64(struct loader *l, const config_setting_t *s, long long *v) {
+        const char *file = setting_file(l, s), *name = config_setting_name(s), *p;
+        const config_setting_t *root = s;
+        int stored = config_setting_get_int(s), line = config_setting_source_line(s), index = 0;
+        size_t nlen;
+
+        *v = stored;
+        if (!name || line <= 0)
+                return 0;
+        while (config_setting_parent(root))
+                root = config_setting_parent(root);
+        same_line_index(root, s, &index);
+        if (!l->src_file || strcmp(l->src_file, file) != 0) {
+                free(l->src_file);
+                free(l->src);
+                l->src = read_file_text(file);
+                l->src_file = l->src ? strdup(file) : NULL;
+                if (!l->src || !l->src_file)
+                        return 0;
+        }
+        p = l->src;
+        for (int i = 1; i < line && p; i++) {
+                p = strchr(p, '\n');
+                if (p)
+                        p++;
+        }
+        if (!p)
+                return 0;
+        nlen = strlen(name);
+        for (const char *q = p; *q && *q != '\n'; q++) {
+                const char *t;
+                long long lit = 0;
+                bool overflow;
+
+                if (strncmp(q, name, nlen) != 0 || (q > l->src && name_char((unsigned char)q[-1])) ||
+                    name_char((unsigned char)q[nlen]))
+                        continue;
+                t = q + nlen;
+                while (isspace((unsigned char)*t))
+                        t++;
+                if (*t != '=' && *t != ':')
+                        continue;
+                if (index-- > 0)
+                        continue; /* an earlier setting of the same name */
+                t++;
+                while (isspace((unsigned char)*t)) /* the value may be on a later line */
+                        t++;
+                if (!parse_int_literal(t, &lit, &overflow))
+                        return 0;
+                /* Believe the text only where it explains what libconfig stored. */
+                if (overflow)
+                        return stored == -1 || stored == 0 ? -ERANGE : 0;
+                if ((int32_t)(uint32_t)(uint64_t)lit == stored)
+                        *v = lit;
+                return 0;
+        }
+        return 0;
+}
+
+/* Integer of any width. Returns 0, -EINVAL (not an integer) or -ERANGE (beyond 64 bits). */
+static int get_integer(struct loader *l, const config_setting_t *s, long long *v) {
+        switch (config_setting_type(s)) {
+        case CONFIG_TYPE_INT:
+                return literal_int64(l, s, v);
+        case CONFIG_TYPE_INT64:
+                *v = config_setting_get_int64(s);
+                return 0;
+        default:
+                return -EINVAL;
+        }
+}
+
+/* ---- conninfo redaction ------------------------------------------------------------------- */
+
+/* Whether the value of key k[0..n) is hidden: passwords always (any case: a mistyped key is
+ * still a password to hide), and with `known` (libpq's keywords, for error messages about a
+ * string libpq refused) also the value of any key libpq does not know, such as "passwd". */
+static bool hide_value(const char *k, size_t n, const PQconninfoOption *known) {
+        if ((n == 8 && strncasecmp(k, "password", 8) == 0) ||
+            (n == 11 && strncasecmp(k, "sslpassword", 11) == 0))
+                return true;
+        if (!known)
+                return false;
+        for (; known->keyword; known++)
+                if (strlen(known->keyword) == n && strncmp(known->keyword, k, n) == 0)
+                        return false;
+        return true;
+}
+
+static bool is_uri(const char *s) {
+        return strncmp(s, "postgresql://", 13) == 0 || strncmp(s, "postgres://", 11) == 0;
+}
+
+/* Percent-decodes s[0..n) into buf (for comparing URI keys). */
+static void uri_decode(const char *s, size_t n, char *buf, size_t size) {
+        size_t o = 0;
+
+        for (size_t i = 0; i < n && o + 1 < size; i++) {
+                if (s[i] == '%' && i + 2 < n && isxdigit((unsigned char)s[i + 1]) &&
+                    isxdigit((unsigned char)s[i + 2])) {
+                        char hex[3] = {s[i + 1], s[i + 2], 0};
+
+                        buf[o++] = (char)strtol(hex, NULL, 16);
+                        i += 2;
+                } else
+                        buf[o++] = s[i];
+        }
+        buf[o] = 0;
+}
+
+static void redact_uri(const char *s, struct sbuf *b, const PQconninfoOption *known) {
+        size_t pre = strncmp(s, "postgresql://", 13) == 0 ? 13 : 11;
+        const char *p = s + pre, *q, *at = NULL, *colon;
+
+        sb_putn(b, s, pre);
+        /* Credentials end at the last '@' before the query. libpq would stop at a '/', but a
+         * password with a stray '/' must not leak either: redact too much, never too little. */
+        for (q = p; *q && *q != '?'; q++)
+                if (*q == '@')
+                        at = q;
+        if (at) {
+                colon = memchr(p, ':', (size_t)(at - p));
+                if (colon) {
+                        sb_putn(b, p, (size_t)(colon - p));
+                        sb_puts(b, ":***");
+                } else
+                        sb_putn(b, p, (size_t)(at - p));
+                p = at;
+        }
+        q = strchr(p, '?');
+        if (!q) {
+                sb_puts(b, p);
+                return;
+        }
+        sb_putn(b, p, (size_t)(q - p));
+        p = q;
+        while (*p) {
+                const char *end, *eq;
+                char key[64];
+
+                sb_putc(b, *p++); /* '?' or '&' */
+                end = p + strcspn(p, "&");
+                eq = memchr(p, '=', (size_t)(end - p));
+                if (eq) {
+                        uri_decode(p, (size_t)(eq - p), key, sizeof(key));
+                        if (hide_value(key, strlen(key), known)) {
+                                sb_putn(b, p, (size_t)(eq - p) + 1);
+                                sb_puts(b, "***");
+                                p = end;
+                                continue;
+                        }
+                }
+                sb_putn(b, p, (size_t)(end - p));
+                p = end;
+        }
+}
+
+static void redact_kv(const char *s, struct sbuf *b, int depth, const PQconninfoOption *known);
+
+/* A dbname value may itself be a connection string that libpq expands (and so may hold a
+ * password): redact it recursively and re-quote it. */
+static void redact_dbname(const char *v, size_t n, bool quoted, struct sbuf *b, int depth,
+                          const PQconninfoOption *known) {
+        _cleanup_free_ char *plain = NULL, *inner = NULL;
+        size_t o = 0, isz = 2 * n + 16;
+        struct sbuf ib;
+
+        plain = malloc(n + 1);
+        inner = malloc(isz);
+        if (!plain || !inner) {
+                sb_puts(b, "***");
+                return;
+        }
+        for (size_t i = quoted ? 1 : 0; i < n; i++) {
+                if (v[i] == '\\' && i + 1 < n)
+                        plain[o++] = v[++i];
+                else if (quoted && v[i] == '\'')
+                        break;
+                else
+                        plain[o++] = v[i];
+        }
+        plain[o] = 0;
+        if (!strchr(plain, '=') && !is_uri(plain)) {
+                sb_putn(b, v, n);
+                return;
+        }
+        ib = (struct sbuf){inner, isz, 0};
+        if (is_uri(plain))
+                redact_uri(plain, &ib, known);
+        else
+                redact_kv(plain, &ib, depth + 1, known);
+        sb_putc(b, '\'');
+        for (const char *p = inner; *p; p++) {
+                if (*p == '\'' || *p == '\\')
+                        sb_putc(b, '\\');
+                sb_putc(b, *p);
+        }
+        sb_putc(b, '\'');
+}
+
+/* libpq's key = value syntax: values bare (backslash escapes) or single-quoted (\' and \\).
+ * Anything that does not parse is redacted to the end: a mistyped string such as
+ * "host=x secret" must not reach a log either. */
+static void redact_kv(const char *s, struct sbuf *b, int depth, const PQconninfoOption *known) {
+        const char *p = s;
+
+        for (;;) {
+                const char *key, *v;
+                size_t klen;
+                bool quoted;
+
+                while (isspace((unsigned char)*p))
+                        sb_putc(b, *p++);
+                if (!*p)
+                        return;
+                key = p;
+                while (*p && *p != '=' && !isspace((unsigned char)*p))
+                        p++;
+                klen = (size_t)(p - key);
+                while (isspace((unsigned char)*p))
+                        p++;
+                if (klen == 0 || *p != '=') {
+                        sb_puts(b, "***");
+                        return;
+                }
+                p++;
+                sb_putn(b, key, (size_t)(p - key));
+                while (isspace((unsigned char)*p))
+                        sb_putc(b, *p++);
+                v = p;
+                quoted = *p == '\'';
+                if (quoted) {
+                        for (p++; *p && *p != '\''; p++)
+                                if (*p == '\\' && p[1])
+                                        p++;
+                        if (*p == '\'')
+                                p++;
+                } else {
+                        for (; *p && !isspace((unsigned char)*p); p++)
+                                if (*p == '\\' && p[1])
+                                        p++;
+                }
+                if (hide_value(key, klen, known))
+                        sb_puts(b, "***");
+                else if (depth == 0 && klen == 6 && strncmp(key, "dbname", 6) == 0)
+                        redact_dbname(v, (size_t)(p - v), quoted, b, depth, known);
+                else
+                        sb_putn(b, v, (size_t)(p - v));
+        }
+}
+
+static const char *redact(const char *conninfo, char *buf, size_t bufsz,
+                          const PQconninfoOption *known) {
+        struct sbuf b = {buf, bufsz, 0};
+
+        if (bufsz == 0)
+                return buf;
+        buf[0] = 0;
+        if (!conninfo)
+                return buf;
+        if (is_uri(conninfo))
+                redact_uri(conninfo, &b, known);
+        else
+                redact_kv(conninfo, &b, 0, known);
+        return buf;
+}
+
+const char *config_redact_conninfo(const char *conninfo, char *buf, size_t bufsz) {
+        return redact(conninfo, buf, bufsz, NULL);
+}
+
+/* ---- defaults, free ----------------------------------------------------------------------- */
+
+void config_free(struct relay_config *c) {
+        if (!c)
+                return;
+        free(c->file);
+        free(c->postgres.conninfo);
+        free(c->postgres.table);
+        free(c->postgres.channel);
+        for (size_t i = 0; i < c->kafka.n_props; i++) {
+                free(c->kafka.props[i].name);
+                free(c->kafka.props[i].setting);
+                free(c->kafka.props[i].value);
+        }
+        free(c->kafka.props);
+        memset(c, 0, sizeof(*c));
+}
+
+int config_defaults(struct relay_config *c) {
+        memset(c, 0, sizeof(*c));
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                const struct key *k = &keys[i];
+                void *f = field(c, k);
+
+                switch (k->kind) {
+                case KEY_INT:
+                case KEY_LOGLEVEL:
+                        *(int *)f = (int)k->def;
+                        break;
+                case KEY_FINISH:
+                        *(enum finish_mode *)f = (enum finish_mode)k->def;
+                        break;
+                case KEY_RATIO:
+                        *(double *)f = k->def_real;
+                        break;
+                case KEY_DURATION:
+                        *(usec_t *)f = (usec_t)k->def;
+                        break;
+                case KEY_CONNINFO:
+                case KEY_TABLE:
+                case KEY_CHANNEL:
+                        *(char **)f = strdup(k->def_str);
+                        if (!*(char **)f) {
+                                config_free(c);
+                                return -ENOMEM;
+                        }
+                        break;
+                }
+        }
+        return 0;
+}
+
+/* ---- one setting -------------------------------------------------------------------------- */
+
+static int need_string(struct loader *l, const config_setting_t *s, const char **v) {
+        char got[160];
+
+        if (config_setting_type(s) != CONFIG_TYPE_STRING)
+                return setting_error(l, s, "must be a string (got %s)", describe(s, got, sizeof(got)));
+        *v = config_setting_get_string(s);
+        return 0;
+}
+
+static int parse_conninfo(struct loader *l, const config_setting_t *s, const char *v) {
+        PQconninfoOption *opts, *known;
+        char *msg = NULL;
+        _cleanup_free_ char *redacted = NULL;
+        size_t rsz = 2 * strlen(v) + 16;
+        char q[128];
+        int r = 0;
+
+        opts = PQconninfoParse(v, &msg);
+        if (opts) {
+                PQconninfoFree(opts);
+                return 0;
+        }
+        if (msg)
+                PQfreemem(msg);
+        /* libpq's message may quote the string, password included: ask again about the
+         * redacted string and report only what that says. The string is wrong somewhere, so
+         * hide the values of unknown keys too ("passwd=…"). */
+        redacted = malloc(rsz);
+        known = PQconndefaults();
+        if (!redacted || !known) {
+                if (known)
+                        PQconninfoFree(known);
+                return setting_error(l, s, "invalid connection string");
+        }
+        redact(v, redacted, rsz, known);
+        PQconninfoFree(known);
+        msg = NULL;
+        opts = PQconninfoParse(redacted, &msg);
+        if (opts) {
+                PQconninfoFree(opts);
+                r = setting_error(l, s, "invalid connection string (in a password value) (got %s)",
+                                  quote(redacted, q, sizeof(q)));
+        } else {
+                char *nl;
+
+                if (msg && (nl = strchr(msg, '\n')))
+                        *nl = 0;
+                r = setting_error(l, s, "invalid connection string: %s (got %s)",
+                                  msg ? msg : "out of memory", quote(redacted, q, sizeof(q)));
+        }
+        if (msg)
+                PQfreemem(msg);
+        return r;
+}
+
+static int parse_duration_setting(struct loader *l, const config_setting_t *s, const struct key *k,
+                                  usec_t *out) {
+        char got[160], q[128], lo[32], hi[32];
+        const char *v;
+        usec_t u;
+        int r;
+
+        switch (config_setting_type(s)) {
+        case CONFIG_TYPE_INT:
+        case CONFIG_TYPE_INT64:
+        case CONFIG_TYPE_FLOAT:
+                return setting_error(l, s, "must be a duration string such as \"5s\" (got %s)",
+                                     describe(s, got, sizeof(got)));
+        case CONFIG_TYPE_STRING:
+                break;
+        default:
+                return setting_error(l, s, "must be a duration string such as \"5s\" (got %s)",
+                                     describe(s, got, sizeof(got)));
+        }
+        v = config_setting_get_string(s);
+        quote(v, q, sizeof(q));
+        if (v[0] == '-')
+                return setting_error(l, s, "must not be negative (got %s)", q);
+        r = parse_duration(v, &u);
+        if (r == -ERANGE)
+                return setting_error(l, s, "is too large (got %s)", q);
+        if (r < 0)
+                return setting_error(l, s,
+                                     "must be a duration such as \"250ms\", \"30s\", \"5m\", \"2h\" or "
+                                     "\"7d\" (got %s)",
+                                     q);
+        if (u == 0 && k->zero_ok) {
+                *out = 0;
+                return 0;
+        }
+        format_duration((usec_t)k->min, lo, sizeof(lo));
+        format_duration((usec_t)k->max, hi, sizeof(hi));
+        if (u < (usec_t)k->min || u > (usec_t)k->max)
+                return setting_error(l, s, "must be %s%s..%s (got %s)", k->zero_ok ? "\"0\" or " : "",
+                                     lo, hi, q);
+        *out = u;
+        return 0;
+}
+
+static int parse_key(struct loader *l, const config_setting_t *s, const struct key *k,
+                     struct relay_config *c) {
+        void *f = field(c, k);
+        char got[160], q[128];
+        const char *v = NULL;
+        long long iv;
+        int r;
+
+        switch (k->kind) {
+        case KEY_INT:
+                r = get_integer(l, s, &iv);
+                if (r == -ERANGE)
+                        return setting_error(l, s, "must be %lld..%lld (got an integer beyond 64 bits)",
+                                             k->min, k->max);
+                if (r < 0)
+                        return setting_error(l, s, "must be an integer (got %s)",
+                                             describe(s, got, sizeof(got)));
+                if (iv < k->min || iv > k->max)
+                        return setting_error(l, s, "must be %lld..%lld (got %lld)", k->min, k->max, iv);
+                *(int *)f = (int)iv;
+                return 0;
+
+        case KEY_RATIO: {
+                double d;
+
+                if (config_setting_type(s) == CONFIG_TYPE_FLOAT)
+                        d = config_setting_get_float(s);
+                else if (get_integer(l, s, &iv) == 0)
+                        d = (double)iv;
+                else
+                        return setting_error(l, s, "must be a number (got %s)",
+                                             describe(s, got, sizeof(got)));
+                if (!(d > 0.0 && d <= 1.0))
+                        return setting_error(l, s, "must be greater than 0 and at most 1 (got %g)", d);
+                *(double *)f = d;
+                return 0;
+        }
+
+        case KEY_DURATION:
+                return parse_duration_setting(l, s, k, (usec_t *)f);
+
+        case KEY_CONNINFO:
+        case KEY_TABLE:
+        case KEY_CHANNEL: {
+                char *copy;
+
+                r = need_string(l, s, &v);
+                if (r < 0)
+                        return r;
+                if (k->kind == KEY_CONNINFO) {
+                        r = parse_conninfo(l, s, v);
+                        if (r < 0)
+                                return r;
+                } else if (k->kind == KEY_TABLE && !valid_qualified_identifier(v))
+                        return setting_error(l, s,
+                                             "must be name or schema.name, each of letters, digits "
+                                             "and '_', not starting with a digit, at most 63 "
+                                             "characters (got %s)",
+                                             quote(v, q, sizeof(q)));
+                else if (k->kind == KEY_CHANNEL && !valid_identifier(v, strlen(v)))
+                        return setting_error(l, s,
+                                             "must be a name of letters, digits and '_', not "
+                                             "starting with a digit, at most 63 characters (got %s)",
+                                             quote(v, q, sizeof(q)));
+                copy = strdup(v);
+                if (!copy)
+                        return setting_error(l, s, "out of memory");
+                free(*(char **)f);
+                *(char **)f = copy;
+                return 0;
+        }
+
+        case KEY_FINISH:
+                r = need_string(l, s, &v);
+                if (r < 0)
+                        return r;
+                if (strcmp(v, "delete") == 0)
+                        *(enum finish_mode *)f = FINISH_DELETE;
+                else if (strcmp(v, "mark") == 0)
+                        *(enum finish_mode *)f = FINISH_MARK;
+                else
+                        return setting_error(l, s, "must be \"delete\" or \"mark\" (got %s)",
+                                             quote(v, q, sizeof(q)));
+                return 0;
+
+        case KEY_LOGLEVEL:
+                r = need_string(l, s, &v);
+                if (r < 0)
+                        return r;
+                r = log_level_from_string(v);
+                if (r < 0)
+                        return setting_error(l, s,
+                                             "must be \"error\", \"warning\", \"notice\", \"info\" or "
+                                             "\"debug\" (got %s)",
+                                             quote(v, q, sizeof(q)));
+                *(int *)f = r;
+                return 0;
+        }
+        return -EINVAL;
+}
+
+/* ---- the kafka group ---------------------------------------------------------------------- */
+
+/* Renders a scalar as the string librdkafka parses. */
+static int kafka_value(struct loader *l, const config_setting_t *s, char **out) {
+        char buf[64], got[160];
+        long long iv;
+        int r;
+
+        switch (config_setting_type(s)) {
+        case CONFIG_TYPE_STRING:
+                *out = strdup(config_setting_get_string(s));
+                break;
+        case CONFIG_TYPE_INT:
+        case CONFIG_TYPE_INT64:
+                /* librdkafka's numeric properties are C ints, and it would cut a wider value
+                 * without a word, as libconfig does. */
+                r = get_integer(l, s, &iv);
+                if (r < 0)
+                        return setting_error(l, s, "must be %d..%d (got an integer beyond 64 bits)",
+                                             INT_MIN, INT_MAX);
+                if (iv < INT_MIN || iv > INT_MAX)
+                        return setting_error(l, s, "must be %d..%d (got %lld)", INT_MIN, INT_MAX, iv);
+                snprintf(buf, sizeof(buf), "%lld", iv);
+                *out = strdup(buf);
+                break;
+        case CONFIG_TYPE_FLOAT: {
+                double d = config_setting_get_float(s);
+
+                if (!isfinite(d))
+                        return setting_error(l, s, "must be a finite number (got %g)", d);
+                snprintf(buf, sizeof(buf), "%.15g", d);
+                if (strtod(buf, NULL) != d)
+                        snprintf(buf, sizeof(buf), "%.17g", d);
+                *out = strdup(buf);
+                break;
+        }
+        case CONFIG_TYPE_BOOL:
+                *out = strdup(config_setting_get_bool(s) ? "true" : "false");
+                break;
+        default:
+                return setting_error(l, s, "must be a string, number or boolean (got %s)",
+                                     describe(s, got, sizeof(got)));
+        }
+        return *out ? 0 : setting_error(l, s, "out of memory");
+}
+
+static int parse_kafka(struct loader *l, const config_setting_t *g, struct relay_config *c) {
+        int n = config_setting_length(g);
+
+        if (n <= 0)
+                return 0;
+        c->kafka.props = calloc((size_t)n, sizeof(struct kafka_prop));
+        if (!c->kafka.props)
+                return setting_error(l, g, "out of memory");
+        for (int i = 0; i < n; i++) {
+                const config_setting_t *s = config_setting_get_elem(g, (unsigned)i);
+                struct kafka_prop *p = &c->kafka.props[c->kafka.n_props];
+                const char *name = config_setting_name(s);
+                int r;
+
+                r = kafka_value(l, s, &p->value);
+                if (r < 0)
+                        return r;
+                c->kafka.n_props++; /* from here on config_free() owns p */
+                p->line = config_setting_source_line(s);
+                p->setting = strdup(name);
+                p->name = strdup(name);
+                if (!p->setting || !p->name)
+                        return setting_error(l, s, "out of memory");
+                /* libconfig names cannot hold '.', so `linger_ms` stands for linger.ms. */
+                for (char *ch = p->name; *ch; ch++)
+                        if (*ch == '_')
+                                *ch = '.';
+        }
+        return 0;
+}
+
+/* Properties the relay's promises depend on. Each user property is checked against them by
+ * reading back what changed, so aliases (request.required.acks, delivery.timeout.ms, …) and
+ * spellings ("0" for false) cannot slip past. */
+enum guard {
+        GUARD_IDEMPOTENCE,
+        GUARD_ACKS,
+        GUARD_PARTITIONER,
+        GUARD_QUEUING,
+        GUARD_DR_ONLY_ERROR,
+        GUARD_TRANSACTIONAL_ID,
+        GUARD_MESSAGE_TIMEOUT,
+        GUARD_MAX_IN_FLIGHT,
+        GUARD_RETRIES,
+        GUARD_ENABLED_EVENTS,
+        _GUARD_MAX,
+};
+
+static const char *const guard_props[_GUARD_MAX] = {
+        [GUARD_IDEMPOTENCE] = "enable.idempotence",
+        [GUARD_ACKS] = "acks",
+        [GUARD_PARTITIONER] = "partitioner",
+        [GUARD_QUEUING] = "queuing.strategy",
+        [GUARD_DR_ONLY_ERROR] = "delivery.report.only.error",
+        [GUARD_TRANSACTIONAL_ID] = "transactional.id",
+        [GUARD_MESSAGE_TIMEOUT] = "message.timeout.ms",
+        [GUARD_MAX_IN_FLIGHT] = "max.in.flight",
+        [GUARD_RETRIES] = "retries",
+        [GUARD_ENABLED_EVENTS] = "enabled_events",
+};
+
+struct guard_snapshot {
+        char v[_GUARD_MAX][256];
+};
+
+static void guard_snapshot(rd_kafka_conf_t *conf, struct guard_snapshot *snap) {
+        for (size_t i = 0; i < _GUARD_MAX; i++) {
+                size_t sz = sizeof(snap->v[i]);
+
+                if (rd_kafka_conf_get(conf, guard_props[i], snap->v[i], &sz) != RD_KAFKA_CONF_OK)
+                        snap->v[i][0] = 0; /* unset (transactional.id) */
+        }
+}
+
+/* Returns NULL when value v of guard g is acceptable, else the reason. */
+static const char *guard_check(enum guard g, const char *v, const struct relay_config *c, char *buf,
+                               size_t size) {
+        long long batch_ms = (long long)(c->relay.batch_timeout / USEC_PER_MSEC), n;
+        char bt[32];
+
+        switch (g) {
+        case GUARD_IDEMPOTENCE:
+                return strcmp(v, "true") == 0 ? NULL
+                                              : "refused: the relay needs the idempotent producer "
+                                                "(enable.idempotence=true) for ordered, "
+                                                "duplicate-free retries";
+        case GUARD_ACKS:
+                return strcmp(v, "-1") == 0 ? NULL
+                                            : "refused: the relay needs acks=all so that an "
+                                              "acknowledged message cannot be lost";
+        case GUARD_PARTITIONER:
+                return strcmp(v, "random") != 0 ? NULL
+                                                : "refused: partitioner random breaks per-key order "
+                                                  "(default murmur2_random)";
+        case GUARD_QUEUING:
+                return strcmp(v, "fifo") == 0 ? NULL
+                                              : "refused: queuing.strategy must be fifo to keep order";
+        case GUARD_DR_ONLY_ERROR:
+                return strcmp(v, "false") == 0 ? NULL
+                                               : "refused: the relay needs a delivery report for "
+                                                 "every message";
+        case GUARD_TRANSACTIONAL_ID:
+                return v[0] == 0 ? NULL
+                                 : "refused: the transactional producer is not supported (the "
+                                   "database transaction is the unit of work)";
+        case GUARD_MESSAGE_TIMEOUT:
+                n = strtoll(v, NULL, 10);
+                if (n > 0 && n < batch_ms)
+                        return NULL;
+                snprintf(buf, size,
+                         "must be 1..%lld, below relay.batch_timeout (%s), so that every batch "
+                         "ends; 0 (infinite) is refused",
+                         batch_ms - 1, format_duration(c->relay.batch_timeout, bt, sizeof(bt)));
+                return buf;
+        case GUARD_MAX_IN_FLIGHT:
+                n = strtoll(v, NULL, 10);
+                return n >= 1 && n <= 5 ? NULL
+                                        : "refused: must be 1..5 with the idempotent producer";
+        case GUARD_RETRIES:
+                n = strtoll(v, NULL, 10);
+                return n >= 1 ? NULL : "refused: must be at least 1 with the idempotent producer";
+        case GUARD_ENABLED_EVENTS:
+                return "refused: managed by the relay";
+        case _GUARD_MAX:
+                break;
+        }
+        return NULL;
+}
+
+static rd_kafka_conf_t *kafka_conf_build(const struct relay_config *c, struct kafka_prop *resolve,
+                                         const char *const *prop_files, int kafka_line, char *err,
+                                         size_t errsz) {
+        const char *file = c->file ? c->file : "(defaults)";
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        long long batch_ms = (long long)(c->relay.batch_timeout / USEC_PER_MSEC);
+        char errstr[512], mto[32], buf[512];
+        struct guard_snapshot before, after;
+        size_t sz;
+        const char *defaults[][2] = {
+                {"enable.idempotence", "true"},
+                {"acks", "all"},
+                {"partitioner", "murmur2_random"},
+                {"linger.ms", "5"},
+                {"compression.codec", "lz4"},
+                {"socket.keepalive.enable", "true"},
+                {"message.timeout.ms", mto},
+                {"statistics.interval.ms", "0"},
+        };
+
+        if (!conf) {
+                errorf(err, errsz, file, 0, "kafka: out of memory");
+                return NULL;
+        }
+        /* Below the batch deadline, so a batch ends even when Kafka never answers. */
+        snprintf(mto, sizeof(mto), "%lld", batch_ms / 2 < 30000 ? batch_ms / 2 : 30000);
+        for (size_t i = 0; i < ELEMENTSOF(defaults); i++)
+                if (rd_kafka_conf_set(conf, defaults[i][0], defaults[i][1], errstr, sizeof(errstr)) !=
+                    RD_KAFKA_CONF_OK) {
+                        errorf(err, errsz, file, 0, "kafka: cannot set the relay's default %s=%s: %s",
+                               defaults[i][0], defaults[i][1], errstr);
+                        goto fail;
+                }
+
+        for (size_t i = 0; i < c->kafka.n_props; i++) {
+                const struct kafka_prop *p = &c->kafka.props[i];
+                const char *pfile = prop_files && prop_files[i] ? prop_files[i] : file;
+                rd_kafka_conf_res_t res;
+                char errstr2[512];
+
+                guard_snapshot(conf, &before);
+                res = rd_kafka_conf_set(conf, p->name, p->value, errstr, sizeof(errstr));
+                /* One settable property really has underscores in its name: log_level. */
+                if (res == RD_KAFKA_CONF_UNKNOWN && strcmp(p->name, p->setting) != 0) {
+                        res = rd_kafka_conf_set(conf, p->setting, p->value, errstr2, sizeof(errstr2));
+                        if (res == RD_KAFKA_CONF_OK && resolve) {
+                                char *lit = strdup(p->setting);
+
+                                if (!lit) {
+                                        errorf(err, errsz, pfile, p->line, "kafka.%s: out of memory",
+                                               p->setting);
+                                        goto fail;
+                                }
+                                free(resolve[i].name);
+                                resolve[i].name = lit;
+                        }
+                        if (res == RD_KAFKA_CONF_INVALID)
+                                memcpy(errstr, errstr2, sizeof(errstr));
+                }
+                if (res != RD_KAFKA_CONF_OK) {
+                        errstr[strcspn(errstr, "\n")] = 0; /* some of its messages end in one */
+                        errorf(err, errsz, pfile, p->line, "kafka.%s: %s", p->setting, errstr);
+                        goto fail;
+                }
+                guard_snapshot(conf, &after);
+                for (size_t g = 0; g < _GUARD_MAX; g++) {
+                        const char *why;
+                        char q[128];
+
+                        if (strcmp(before.v[g], after.v[g]) == 0)
+                                continue;
+                        why = guard_check((enum guard)g, after.v[g], c, buf, sizeof(buf));
+                        if (why) {
+                                errorf(err, errsz, pfile, p->line, "kafka.%s: %s (got %s)", p->setting,
+                                       why, quote(p->value, q, sizeof(q)));
+                                goto fail;
+                        }
+                }
+        }
+
+        /* The relay has no default broker: a sample-like file must not silently talk to
+         * localhost in production. test.mock.num.brokers brings its own cluster. */
+        sz = sizeof(buf);
+        if (rd_kafka_conf_get(conf, "bootstrap.servers", buf, &sz) != RD_KAFKA_CONF_OK || !buf[0]) {
+                sz = sizeof(buf);
+                if (rd_kafka_conf_get(conf, "test.mock.num.brokers", buf, &sz) != RD_KAFKA_CONF_OK ||
+                    strtol(buf, NULL, 10) <= 0) {
+                        errorf(err, errsz, file, kafka_line, "kafka.bootstrap_servers: required");
+                        goto fail;
+                }
+        }
+        return conf;
+
+fail:
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+}
+
+rd_kafka_conf_t *config_kafka_conf(const struct relay_config *c, char *err, size_t errsz) {
+        return kafka_conf_build(c, NULL, NULL, 0, err, errsz);
+}
+
+/* ---- cross-field rules -------------------------------------------------------------------- */
+
+/* a <= b for two duration keys; blames a if the file set it, else b. */
+static int check_order(struct loader *l, struct relay_config *c, const char *group, const char *a,
+                       const char *b) {
+        const struct key *ka = key_find(group, a), *kb = key_find(group, b);
+        usec_t va = *(usec_t *)field(c, ka), vb = *(usec_t *)field(c, kb);
+        size_t ia = (size_t)(ka - keys), ib = (size_t)(kb - keys);
+        char sa[32], sb[32];
+
+        if (va <= vb)
+                return 0;
+        format_duration(va, sa, sizeof(sa));
+        format_duration(vb, sb, sizeof(sb));
+        if (l->key_line[ia] > 0 || l->key_line[ib] <= 0)
+                return errorf(l->err, l->errsz, l->key_file[ia] ? l->key_file[ia] : l->file,
+                              l->key_line[ia], "%s.%s: must not exceed %s.%s (%s) (got %s)", group, a,
+                              group, b, sb, sa);
+        return errorf(l->err, l->errsz, l->key_file[ib], l->key_line[ib],
+                      "%s.%s: must not be below %s.%s (%s) (got %s)", group, b, group, a, sa, sb);
+}
+
+/* ---- the file ----------------------------------------------------------------------------- */
+
+static int parse_group(struct loader *l, const config_setting_t *g, struct relay_config *c) {
+        const char *gname = config_setting_name(g);
+        int n = config_setting_length(g);
+
+        for (int i = 0; i < n; i++) {
+                const config_setting_t *s = config_setting_get_elem(g, (unsigned)i);
+                const struct key *k = key_find(gname, config_setting_name(s));
+                int r;
+
+                if (!k)
+                        return setting_error(l, s, "unknown setting");
+                r = parse_key(l, s, k, c);
+                if (r < 0)
+                        return r;
+                l->key_line[k - keys] = config_setting_source_line(s);
+                l->key_file[k - keys] = setting_file(l, s);
+        }
+        return 0;
+}
+
+/* Checks the file before libconfig sees it: libconfig reports neither errno nor file name. */
+static int check_file(const char *path, char *err, size_t errsz) {
+        struct stat st;
+        int fd, r = 0;
+
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                r = -errno;
+        else if (fstat(fd, &st) < 0)
+                r = -errno;
+        else if (S_ISDIR(st.st_mode))
+                r = -EISDIR;
+        if (fd >= 0)
+                close(fd);
+        if (r < 0)
+                errorf(err, errsz, path, 0, "cannot open: %s", strerror(-r));
+        return r;
+}
+
+int config_load(const char *path, struct relay_config *c, char *err, size_t errsz) {
+        struct loader l = {.err = err, .errsz = errsz};
+        _cleanup_free_ char *dir = NULL;
+        const config_setting_t *root, *kafka = NULL;
+        _cleanup_free_ const char **prop_files = NULL;
+        rd_kafka_conf_t *conf;
+        config_t cfg;
+        int r;
+
+        if (!path)
+                path = CONFIG_DEFAULT_PATH;
+        l.file = path;
+        if (err && errsz)
+                err[0] = 0;
+        r = config_defaults(c);
+        if (r < 0) {
+                errorf(err, errsz, path, 0, "out of memory");
+                return r;
+        }
+        c->file = strdup(path);
+        dir = strdup(path);
+        if (!c->file || !dir) {
+                config_free(c);
+                errorf(err, errsz, path, 0, "out of memory");
+                return -ENOMEM;
+        }
+        r = check_file(path, err, errsz);
+        if (r < 0) {
+                config_free(c);
+                return r;
+        }
+
+        config_init(&cfg);
+        /* @include "x.conf" is relative to the including file's directory, not to our cwd. */
+        l.include_dir = dirname(dir);
+        config_set_include_dir(&cfg, l.include_dir);
+        if (!config_read_file(&cfg, path)) {
+                if (config_error_type(&cfg) == CONFIG_ERR_FILE_IO) {
+                        errorf(err, errsz, path, 0, "cannot read: %s", config_error_text(&cfg));
+                        r = -EIO;
+                } else {
+                        const char *f = config_error_file(&cfg);
+
+                        errorf(err, errsz, source_path(&l, f), config_error_line(&cfg), "%s",
+                               config_error_text(&cfg));
+                        r = -EINVAL;
+                }
+                goto out;
+        }
+
+        root = config_root_setting(&cfg);
+        for (int i = 0; i < config_setting_length(root); i++) {
+                const config_setting_t *g = config_setting_get_elem(root, (unsigned)i);
+                const char *name = config_setting_name(g);
+                bool known = false;
+                char got[160];
+
+                for (size_t j = 0; j < ELEMENTSOF(groups); j++)
+                        known = known || strcmp(groups[j], name) == 0;
+                if (!known) {
+                        r = setting_error(&l, g,
+                                          "unknown setting (groups: postgres, kafka, relay, breaker, "
+                                          "retry, log)");
+                        goto out;
+                }
+                if (!config_setting_is_group(g)) {
+                        r = setting_error(&l, g, "must be a group { ... } (got %s)",
+                                          describe(g, got, sizeof(got)));
+                        goto out;
+                }
+                if (strcmp(name, "kafka") == 0) {
+                        kafka = g;
+                        r = parse_kafka(&l, g, c);
+                } else
+                        r = parse_group(&l, g, c);
+                if (r < 0)
+                        goto out;
+        }
+
+        r = check_order(&l, c, "retry", "base", "cap");
+        if (r < 0)
+                goto out;
+        r = check_order(&l, c, "breaker", "cooldown", "cooldown_max");
+        if (r < 0)
+                goto out;
+
+        /* Build the producer configuration once now, so --check-config sees what librdkafka
+         * says about every property, with the property's own file and line. */
+        if (c->kafka.n_props > 0) {
+                prop_files = calloc(c->kafka.n_props, sizeof(*prop_files));
+                if (!prop_files) {
+                        r = errorf(err, errsz, path, 0, "out of memory");
+                        goto out;
+                }
+                for (size_t i = 0; i < c->kafka.n_props; i++)
+                        prop_files[i] = setting_file(&l, config_setting_get_elem(kafka, (unsigned)i));
+        }
+        conf = kafka_conf_build(c, c->kafka.props, prop_files,
+                                kafka ? config_setting_source_line(kafka) : 0, err, errsz);
+        if (!conf) {
+                r = -EINVAL;
+                goto out;
+        }
+        rd_kafka_conf_destroy(conf);
+        r = 0;
+
+out:
+        config_destroy(&cfg);
+        free(l.src_file);
+        free(l.src);
+        for (size_t i = 0; i < l.n_included; i++)
+                free(l.included_path[i]);
+        if (r < 0)
+                config_free(c);
+        return r;
+}
