@@ -38,7 +38,7 @@ static inline void freep(void *p) {
 
 /* Takes ownership out of a _cleanup_ variable. */
 #define TAKE_PTR(p)                                                                                \
-        ({                                                                                         \
+        __extension__({                                                                                         \
                 __typeof__(p) _tp = (p);                                                           \
                 (p) = NULL;                                                                        \
                 _tp;                                                                               \
