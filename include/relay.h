@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "backoff.h"
+#include "breaker.h"
 #include "config.h"
 #include "kafka.h"
 #include "notify.h"
@@ -33,6 +34,7 @@ struct relay {
         struct rng rng;
         struct backoff db_backoff;
         struct backoff batch_backoff;
+        struct breaker breaker;
 
         enum relay_state state;
         bool wake;              /* claim at once: notification or a full batch */

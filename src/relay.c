@@ -54,6 +54,13 @@ int relay_init(struct relay *r, const struct relay_config *cfg, struct signal_fl
         rng_seed(&r->rng, (uint64_t)getpid() ^ wall_usec());
         backoff_init(&r->db_backoff, cfg->retry.base, cfg->retry.cap);
         backoff_init(&r->batch_backoff, cfg->retry.base, cfg->retry.cap);
+        ret = breaker_init(&r->breaker, (unsigned)cfg->breaker.failure_threshold,
+                           cfg->breaker.failure_ratio, (unsigned)cfg->breaker.window,
+                           cfg->breaker.cooldown, cfg->breaker.cooldown_max);
+        if (ret < 0) {
+                pg_done(&r->pg);
+                return ret;
+        }
         r->state = RELAY_CONNECTING;
         return 0;
 }
@@ -61,6 +68,7 @@ int relay_init(struct relay *r, const struct relay_config *cfg, struct signal_fl
 void relay_done(struct relay *r) {
         kafka_close(&r->kafka, r->cfg->relay.drain_timeout);
         pg_done(&r->pg);
+        breaker_done(&r->breaker);
 }
 
 /* The deadline a batch must keep: its own, shortened to the drain timeout once stopping. */
@@ -205,7 +213,7 @@ static int settle(struct relay *r, struct batch *b, size_t *n_ok, const char **f
 /* One claim -> publish -> finish cycle. Returns the number of rows claimed, or -errno:
  * -ECONNRESET/-ETIMEDOUT (database), -EAGAIN (nothing delivered, retry later),
  * -ECANCELED (hard stop), -ENOTRECOVERABLE (fatal producer error). */
-static int relay_batch(struct relay *r, usec_t now) {
+static int relay_batch(struct relay *r, usec_t now, int limit) {
         struct batch b = {0};
         usec_t deadline = now + r->cfg->relay.batch_timeout;
         char err[512];
@@ -213,7 +221,7 @@ static int relay_batch(struct relay *r, usec_t now) {
         size_t n_ok = 0;
         int ret;
 
-        ret = pg_claim(&r->pg, r->cfg->relay.batch_size, &b.rows, deadline, err, sizeof(err));
+        ret = pg_claim(&r->pg, limit, &b.rows, deadline, err, sizeof(err));
         if (ret < 0) {
                 log_warning("claiming rows failed: %s", err);
                 return ret == -EIO ? -EAGAIN : ret;
@@ -326,9 +334,12 @@ static void relay_status(struct relay *r, usec_t now) {
                 return;
         r->next_status = now + 2 * USEC_PER_SEC;
 
-        snprintf(status, sizeof(status), "published %" PRIu64 ", dead-lettered %" PRIu64 ", %s%s",
+        snprintf(status, sizeof(status), "published %" PRIu64 ", dead-lettered %" PRIu64 ", %s, %s",
                  r->stats.published, r->stats.dead_lettered, db,
-                 r->state == RELAY_BACKOFF ? ", kafka failing" : ", kafka ok");
+                 r->breaker.state == BREAKER_OPEN        ? "kafka unavailable (breaker open)"
+                 : r->breaker.state == BREAKER_HALF_OPEN ? "kafka probing (breaker half-open)"
+                 : r->state == RELAY_BACKOFF             ? "kafka failing, retrying"
+                                                         : "kafka ok");
         notify_status(&r->notifier, status);
         if (now >= r->next_summary) {
                 if (r->stats.published != r->last_summary.published ||
@@ -341,6 +352,46 @@ static void relay_status(struct relay *r, usec_t now) {
                 r->last_summary = r->stats;
                 r->next_summary = now + r->cfg->relay.status_interval;
         }
+}
+
+/* While the breaker is open nothing is claimed, so no row burns attempts during an outage. */
+static bool breaker_gate(struct relay *r, usec_t now) {
+        enum breaker_event ev;
+        bool allowed = breaker_allow(&r->breaker, now, &ev);
+
+        if (ev == BREAKER_PROBING)
+                log_notice("circuit breaker half-open: probing Kafka with one row");
+        return allowed;
+}
+
+static void breaker_outcome(struct relay *r, int ret, usec_t now) {
+        enum breaker_event ev;
+
+        if (ret == 0) {
+                breaker_cancel_probe(&r->breaker); /* nothing to probe with */
+                return;
+        }
+        if (ret < 0 && ret != -EAGAIN) {
+                breaker_cancel_probe(&r->breaker); /* database trouble says nothing about Kafka */
+                return;
+        }
+        ev = breaker_record(&r->breaker, ret == -EAGAIN, now, &r->rng);
+        switch (ev) {
+        case BREAKER_OPENED:
+                log_warning("circuit breaker opened: Kafka deliveries keep failing; claiming nothing "
+                            "until a probe in %.1fs", (double)(r->breaker.open_until - now) / USEC_PER_SEC);
+                break;
+        case BREAKER_REOPENED:
+                log_warning("circuit breaker probe failed: open again, next probe in %.1fs",
+                            (double)(r->breaker.open_until - now) / USEC_PER_SEC);
+                break;
+        case BREAKER_CLOSED_AGAIN:
+                log_notice("circuit breaker closed: Kafka deliveries succeed again");
+                break;
+        default:
+                break;
+        }
+        r->next_status = 0; /* show the change at once */
 }
 
 static void schedule_retry(struct relay *r, struct backoff *bo, usec_t now, const char *what) {
@@ -447,10 +498,18 @@ int relay_run(struct relay *r) {
                         wait_for_work(r, r->retry_at - now);
                         continue;
                 }
+                if ((r->wake || now >= r->next_poll) && !breaker_gate(r, now)) {
+                        wait_for_work(r, r->breaker.open_until > now ? r->breaker.open_until - now : 0);
+                        continue;
+                }
                 if (r->wake || now >= r->next_poll) {
+                        bool probe = r->breaker.state == BREAKER_HALF_OPEN;
+
                         r->wake = false;
-                        ret = relay_batch(r, now);
+                        /* A probe risks one row, not a batch. */
+                        ret = relay_batch(r, now, probe ? 1 : r->cfg->relay.batch_size);
                         now = now_usec();
+                        breaker_outcome(r, ret, now);
                         if (ret == -ECANCELED)
                                 return ret;
                         if (ret == -ENOTRECOVERABLE) {
