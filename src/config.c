@@ -1196,6 +1196,8 @@ static rd_kafka_conf_t *kafka_conf_build(const struct relay_config *c, struct ka
                 {"linger.ms", "5"},
                 {"compression.codec", "lz4"},
                 {"socket.keepalive.enable", "true"},
+                /* librdkafka's default (10 s) delays even the report that a broker is gone. */
+                {"reconnect.backoff.max.ms", "1000"},
                 {"message.timeout.ms", mto},
                 {"statistics.interval.ms", "0"},
         };

@@ -216,6 +216,12 @@ static int settle(struct relay *r, struct batch *b, size_t *n_ok, const char **f
 static int relay_batch(struct relay *r, usec_t now, int limit) {
         struct batch b = {0};
         usec_t deadline = now + r->cfg->relay.batch_timeout;
+        /* Publishing may use the batch deadline less a reserve for the finish: a batch whose
+         * deliveries ran to the deadline must still be able to record them and commit. */
+        usec_t reserve = r->cfg->relay.batch_timeout / 4 < 5 * USEC_PER_SEC
+                                 ? r->cfg->relay.batch_timeout / 4
+                                 : 5 * USEC_PER_SEC;
+        usec_t publish_deadline = deadline - reserve;
         char err[512];
         const char *first_error;
         size_t n_ok = 0;
@@ -252,12 +258,12 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
                         }
                 if (s->skipped)
                         continue;
-                s->outcome = produce_row(r, &b, i, batch_deadline(r, deadline));
+                s->outcome = produce_row(r, &b, i, batch_deadline(r, publish_deadline));
                 if (s->outcome == OUTCOME_FATAL)
                         break;
         }
         kafka_poll(&r->kafka, 0);
-        await_deliveries(r, deadline);
+        await_deliveries(r, publish_deadline);
         if (r->sig->hard_stop) {
                 ret = -ECANCELED;
                 goto rollback;
@@ -280,7 +286,7 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
                         snprintf(s->reason, sizeof(s->reason), "delivery failed: %s (%s)",
                                  rd_kafka_err2str(s->d.err), rd_kafka_err2name(s->d.err));
         }
-        isolate_suspects(r, &b, deadline);
+        isolate_suspects(r, &b, publish_deadline);
         if (r->sig->hard_stop) {
                 ret = -ECANCELED;
                 goto rollback;
@@ -412,8 +418,8 @@ static void try_connect(struct relay *r, usec_t now) {
                 schedule_retry(r, &r->db_backoff, now_usec(), what);
                 return;
         }
-        if (r->db_backoff.attempt > 0)
-                log_notice("connected to PostgreSQL again");
+        if (r->ready_sent)
+                log_notice("connected to PostgreSQL again after %u failed attempts", r->db_backoff.attempt);
         else
                 log_info("connected to PostgreSQL, listening on '%s'", r->cfg->postgres.channel);
         backoff_reset(&r->db_backoff);
