@@ -111,6 +111,17 @@ void ts_pg_install_copy(PGconn *c) {
                    " FOR EACH ROW EXECUTE FUNCTION outbox_test_copy();");
 }
 
+void ts_testbed(const char *cmd) {
+        char buf[1024];
+        int rc;
+
+        snprintf(buf, sizeof(buf), "'%s/scripts/testbed.sh' %s '%s'", ts_env("OUTBOX_RELAY_SRCDIR"), cmd,
+                 ts_env("TESTBED_DIR"));
+        rc = system(buf);
+        if (rc != 0)
+                fail_msg("testbed.sh %s failed (%d)", cmd, rc);
+}
+
 /* ---- the relay as a process ---- */
 
 /* Relays started and not yet reaped, by value: a failed test longjmps out of its frame, so the
@@ -144,6 +155,11 @@ int ts_teardown(void **state) {
 }
 
 void ts_relay_start(struct ts_relay *r, const char *relay_group, const char *extra_groups) {
+        ts_relay_start_ex(r, relay_group, NULL, extra_groups);
+}
+
+void ts_relay_start_ex(struct ts_relay *r, const char *relay_group, const char *kafka_extra,
+                       const char *extra_groups) {
         FILE *f;
         int fd;
 
@@ -158,11 +174,11 @@ void ts_relay_start(struct ts_relay *r, const char *relay_group, const char *ext
                 fail_msg("cannot write %s", r->conf);
         fprintf(f,
                 "postgres = { conninfo = \"%s\"; };\n"
-                "kafka = { bootstrap_servers = \"%s\"; };\n"
+                "kafka = { bootstrap_servers = \"%s\"; %s };\n"
                 "relay = { %s };\n"
                 "log = { level = \"info\"; };\n"
                 "%s\n",
-                ts_conninfo(), ts_env("KAFKA_BOOTSTRAP"), relay_group ? relay_group : "",
+                ts_conninfo(), ts_env("KAFKA_BOOTSTRAP"), kafka_extra ? kafka_extra : "", relay_group ? relay_group : "",
                 extra_groups ? extra_groups : "");
         fclose(f);
 

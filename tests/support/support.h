@@ -28,6 +28,9 @@ int64_t ts_pg_int(PGconn *c, const char *fmt, ...) __attribute__((format(printf,
  * so tests can compare what arrived with what was written even after the relay deleted it. */
 void ts_pg_install_copy(PGconn *c);
 
+/* Runs scripts/testbed.sh CMD on the running test bed (kafka-stop, kafka-start, pg-restart …). */
+void ts_testbed(const char *cmd);
+
 /* ---- the relay as a process ---- */
 struct ts_relay {
         pid_t pid;
@@ -38,6 +41,9 @@ struct ts_relay {
 /* Writes a config (postgres and kafka groups filled in; `relay_group` is the body of the relay
  * group, e.g. "finish = \"mark\"; poll_interval = \"1s\";") and starts the daemon. */
 void ts_relay_start(struct ts_relay *r, const char *relay_group, const char *extra_groups);
+/* The same with `kafka_extra` added to the kafka group (e.g. "message_timeout_ms = 3000;"). */
+void ts_relay_start_ex(struct ts_relay *r, const char *relay_group, const char *kafka_extra,
+                       const char *extra_groups);
 /* Sends sig and waits up to timeout_ms; returns the exit status (or 128+signal). */
 int ts_relay_stop(struct ts_relay *r, int sig, int timeout_ms);
 /* True once the relay's log contains `needle` (waits up to timeout_ms). */

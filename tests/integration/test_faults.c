@@ -1,0 +1,177 @@
+/* test_faults.c -- Faults injected into the real servers: every committed row still arrives. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "support.h"
+
+#define ROWS 20000
+
+struct load {
+        const char *topic;
+        int rows;
+        int per_second;
+        volatile int written;
+        char error[256];
+};
+
+/* Writes rows at a steady pace in transactions of 50, keys key-0..key-199. */
+static void *load_main(void *arg) {
+        struct load *l = arg;
+        PGconn *c = ts_pg_connect();
+        int64_t start = ts_now_ms();
+
+        while (l->written < l->rows) {
+                char sql[512];
+                PGresult *res;
+                int64_t due = start + (int64_t)l->written * 1000 / l->per_second;
+
+                if (ts_now_ms() < due)
+                        usleep((useconds_t)(due - ts_now_ms()) * 1000);
+                snprintf(sql, sizeof(sql),
+                         "INSERT INTO outbox (topic, key, payload, headers)"
+                         " SELECT '%s', 'key-' || ((%d + g) %% 200), convert_to('event ' || (%d + g), 'UTF8'),"
+                         " jsonb_build_object('n', (%d + g)::text) FROM generate_series(0, 49) g",
+                         l->topic, l->written, l->written, l->written);
+                res = PQexec(c, sql);
+                if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+                        snprintf(l->error, sizeof(l->error), "%s", PQresultErrorMessage(res));
+                        PQclear(res);
+                        break;
+                }
+                PQclear(res);
+                l->written += 50;
+        }
+        PQfinish(c);
+        return NULL;
+}
+
+static void verify_all(PGconn *c, const char *topic, size_t rows, const char *scenario) {
+        const char *topics[] = {topic, NULL};
+        struct ts_msgs m;
+        struct ts_verify v;
+
+        ts_consume(topics, rows, 120000, 2000, &m);
+        ts_verify(c, topics, &m, false, &v);
+        fprintf(stderr, "%s: %zu committed, %zu consumed, %zu distinct, duplicates %zu, missing %zu\n", scenario,
+                v.expected, v.consumed, v.consumed - v.duplicates - v.unexpected, v.duplicates, v.missing);
+        assert_int_equal(v.expected, rows);
+        assert_int_equal(v.missing, 0);
+        assert_int_equal(v.mismatched, 0);
+        assert_int_equal(v.unexpected, 0);
+        assert_int_equal(v.order_violations, 0);
+        ts_msgs_free(&m);
+}
+
+/* The broker is stopped for 30 s during a 20,000-row load: the breaker opens, no row burns an
+ * attempt or is dead-lettered, the breaker closes after the restart and every row arrives. */
+static void kafka_outage(void **state) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("fault-kafka");
+        const char *topics[] = {topic, NULL};
+        struct load l = {.topic = topic, .rows = ROWS, .per_second = 500};
+        struct ts_relay relay;
+        pthread_t th;
+
+        (void)state;
+        ts_pg_install_copy(c);
+        ts_relay_start_ex(&relay,
+                       "finish = \"mark\"; poll_interval = \"1s\"; batch_timeout = \"10s\";",
+                       "message_timeout_ms = 3000;",
+                       "breaker = { failure_threshold = 3; cooldown = \"2s\"; cooldown_max = \"5s\"; };\n"
+                       "retry = { base = \"100ms\"; cap = \"1s\"; };\n");
+        /* Deliveries fail after 3 s instead of the default 5 s so the test sees several. */
+        assert_true(ts_relay_log_wait(&relay, "ready", 20000));
+        pthread_create(&th, NULL, load_main, &l);
+        while (l.written < 2000)
+                usleep(50000);
+        ts_testbed("kafka-stop");
+        fprintf(stderr, "kafka_outage: broker stopped after %d rows\n", l.written);
+        if (!ts_relay_log_wait(&relay, "circuit breaker opened", 40000)) {
+                ts_relay_dump_log(&relay);
+                fail_msg("the breaker did not open");
+        }
+        /* While it is open nothing burns an attempt: the sum is the same after 25 s. Rows in
+         * flight when the broker went away may have spent one attempt in the batch that saw it
+         * go (some rows delivered, some not), never more. */
+        {
+                int64_t attempts_open = ts_pg_int(c, "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic = '%s'", topic);
+
+                sleep(25);
+                assert_int_equal(ts_pg_int(c, "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic = '%s'", topic),
+                                 attempts_open);
+                fprintf(stderr, "kafka_outage: attempts spent before the breaker opened: %lld\n",
+                        (long long)attempts_open);
+        }
+        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NOT NULL", topic), 0);
+        assert_int_equal(ts_pg_int(c, "SELECT coalesce(max(attempts), 0) FROM outbox WHERE topic = '%s'", topic) <= 1, 1);
+        ts_testbed("kafka-start");
+        fprintf(stderr, "kafka_outage: broker restarted after %d rows\n", l.written);
+        pthread_join(th, NULL);
+        assert_string_equal(l.error, "");
+        if (!ts_wait_drained(c, topics, 180000)) {
+                ts_relay_dump_log(&relay);
+                fail_msg("not drained after the broker came back");
+        }
+        assert_true(ts_relay_log_wait(&relay, "circuit breaker closed", 5000));
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND"
+                                      " (attempts > 1 OR dead_at IS NOT NULL OR published_at IS NULL)", topic), 0);
+        verify_all(c, topic, ROWS, "kafka_outage");
+        ts_pg_exec(c, "DELETE FROM outbox WHERE topic = '%s'", topic);
+        free(topic);
+        PQfinish(c);
+}
+
+/* PostgreSQL restarted twice (pg_ctl restart -m fast) during a load: the relay reconnects and
+ * drains; duplicates only from batches whose commit was cut off. */
+static void postgres_restarts(void **state) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("fault-pg");
+        const char *topics[] = {topic, NULL};
+        struct ts_relay relay;
+
+        (void)state;
+        ts_pg_install_copy(c);
+        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'key-' || (g %% 200),"
+                      " convert_to('event ' || g, 'UTF8') FROM generate_series(1, %d) g", topic, ROWS);
+        PQfinish(c);
+        ts_relay_start(&relay, "poll_interval = \"1s\"; batch_size = 200;",
+                       "retry = { base = \"100ms\"; cap = \"1s\"; };\n");
+        assert_true(ts_relay_log_wait(&relay, "ready", 20000));
+        usleep(300000);
+        ts_testbed("pg-restart");
+        assert_true(ts_relay_log_wait(&relay, "connected to PostgreSQL again", 30000));
+        usleep(300000);
+        ts_testbed("pg-restart");
+        c = ts_pg_connect();
+        if (!ts_wait_drained(c, topics, 120000)) {
+                ts_relay_dump_log(&relay);
+                fail_msg("not drained after the restarts");
+        }
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic), 0);
+        verify_all(c, topic, ROWS, "postgres_restarts");
+        free(topic);
+        PQfinish(c);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_teardown(postgres_restarts, ts_teardown),
+                cmocka_unit_test_teardown(kafka_outage, ts_teardown),
+        };
+
+        ts_env("TESTBED_DIR");
+        ts_env("KAFKA_BOOTSTRAP");
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
