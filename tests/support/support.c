@@ -155,11 +155,20 @@ int ts_teardown(void **state) {
 }
 
 void ts_relay_start(struct ts_relay *r, const char *relay_group, const char *extra_groups) {
-        ts_relay_start_ex(r, relay_group, NULL, extra_groups);
+        struct ts_relay_opts o = {.relay_group = relay_group, .extra_groups = extra_groups};
+
+        ts_relay_start_opts(r, &o);
 }
 
 void ts_relay_start_ex(struct ts_relay *r, const char *relay_group, const char *kafka_extra,
                        const char *extra_groups) {
+        struct ts_relay_opts o = {.relay_group = relay_group, .kafka_extra = kafka_extra,
+                                  .extra_groups = extra_groups};
+
+        ts_relay_start_opts(r, &o);
+}
+
+void ts_relay_start_opts(struct ts_relay *r, const struct ts_relay_opts *o) {
         FILE *f;
         int fd;
 
@@ -176,10 +185,11 @@ void ts_relay_start_ex(struct ts_relay *r, const char *relay_group, const char *
                 "postgres = { conninfo = \"%s\"; };\n"
                 "kafka = { bootstrap_servers = \"%s\"; %s };\n"
                 "relay = { %s };\n"
-                "log = { level = \"info\"; };\n"
+                "log = { level = \"%s\"; };\n"
                 "%s\n",
-                ts_conninfo(), ts_env("KAFKA_BOOTSTRAP"), kafka_extra ? kafka_extra : "", relay_group ? relay_group : "",
-                extra_groups ? extra_groups : "");
+                ts_conninfo(), o->bootstrap ? o->bootstrap : ts_env("KAFKA_BOOTSTRAP"),
+                o->kafka_extra ? o->kafka_extra : "", o->relay_group ? o->relay_group : "",
+                o->log_level ? o->log_level : "info", o->extra_groups ? o->extra_groups : "");
         fclose(f);
 
         r->pid = fork();
@@ -187,12 +197,23 @@ void ts_relay_start_ex(struct ts_relay *r, const char *relay_group, const char *
                 fail_msg("fork: %s", strerror(errno));
         if (r->pid == 0) {
                 const char *bin = getenv("OUTBOX_RELAY_BIN");
+                char pid[32];
 
                 fd = open(r->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
                 if (fd < 0 || !bin)
                         _exit(127);
                 dup2(fd, STDOUT_FILENO);
                 dup2(fd, STDERR_FILENO);
+                unsetenv("NOTIFY_SOCKET");
+                unsetenv("WATCHDOG_USEC");
+                unsetenv("WATCHDOG_PID");
+                if (o->notify_socket)
+                        setenv("NOTIFY_SOCKET", o->notify_socket, 1);
+                if (o->watchdog_usec) {
+                        snprintf(pid, sizeof(pid), "%d", (int)getpid());
+                        setenv("WATCHDOG_USEC", o->watchdog_usec, 1);
+                        setenv("WATCHDOG_PID", pid, 1);
+                }
                 execl(bin, bin, "-c", r->conf, (char *)NULL);
                 _exit(127);
         }
@@ -327,6 +348,11 @@ static void msg_copy(struct ts_msg *d, const rd_kafka_message_t *m) {
 
 void ts_consume(const char *const *topics, size_t expect, int timeout_ms, int settle_ms,
                 struct ts_msgs *out) {
+        ts_consume_from(ts_env("KAFKA_BOOTSTRAP"), topics, expect, timeout_ms, settle_ms, out);
+}
+
+void ts_consume_from(const char *bootstrap, const char *const *topics, size_t expect, int timeout_ms,
+                     int settle_ms, struct ts_msgs *out) {
         rd_kafka_conf_t *conf = client_conf();
         rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(16);
         char err[256], group[64];
@@ -337,6 +363,7 @@ void ts_consume(const char *const *topics, size_t expect, int timeout_ms, int se
         memset(out, 0, sizeof(*out));
         out->v = calloc(cap, sizeof(*out->v));
         snprintf(group, sizeof(group), "outbox-test-%d", (int)getpid());
+        rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof(err));
         rd_kafka_conf_set(conf, "group.id", group, err, sizeof(err));
         rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof(err));
         rd_kafka_conf_set(conf, "fetch.wait.max.ms", "50", err, sizeof(err));

@@ -44,6 +44,18 @@ void ts_relay_start(struct ts_relay *r, const char *relay_group, const char *ext
 /* The same with `kafka_extra` added to the kafka group (e.g. "message_timeout_ms = 3000;"). */
 void ts_relay_start_ex(struct ts_relay *r, const char *relay_group, const char *kafka_extra,
                        const char *extra_groups);
+
+/* Everything a test may vary; NULL fields take the defaults of ts_relay_start(). */
+struct ts_relay_opts {
+        const char *relay_group;   /* body of the relay group */
+        const char *kafka_extra;   /* added to the kafka group */
+        const char *extra_groups;  /* further groups (breaker, retry, …) */
+        const char *bootstrap;     /* instead of $KAFKA_BOOTSTRAP (e.g. a mock-kafka cluster) */
+        const char *log_level;     /* default "info" */
+        const char *notify_socket; /* NOTIFY_SOCKET for the child */
+        const char *watchdog_usec; /* WATCHDOG_USEC for the child (WATCHDOG_PID is set to it) */
+};
+void ts_relay_start_opts(struct ts_relay *r, const struct ts_relay_opts *o);
 /* Sends sig and waits up to timeout_ms; returns the exit status (or 128+signal). */
 int ts_relay_stop(struct ts_relay *r, int sig, int timeout_ms);
 /* True once the relay's log contains `needle` (waits up to timeout_ms). */
@@ -80,6 +92,9 @@ struct ts_msgs {
  * messages arrived and nothing more came for settle_ms, or timeout_ms passed. */
 void ts_consume(const char *const *topics, size_t expect, int timeout_ms, int settle_ms,
                 struct ts_msgs *out);
+/* The same from another cluster (e.g. a mock-kafka cluster). */
+void ts_consume_from(const char *bootstrap, const char *const *topics, size_t expect, int timeout_ms,
+                     int settle_ms, struct ts_msgs *out);
 void ts_msgs_free(struct ts_msgs *m);
 /* Produces one message and waits for its delivery report; returns the error code. */
 rd_kafka_resp_err_t ts_produce(const char *topic, const char *key, const void *value, size_t len);
