@@ -55,6 +55,11 @@ bool breaker_allow(struct breaker *b, usec_t now, enum breaker_event *ev);
  * permanent errors must be recorded as success (the producer works). */
 enum breaker_event breaker_record(struct breaker *b, bool failure, usec_t now, struct rng *rng);
 
+/* SIGHUP: new settings; the state is kept, the ratio window restarts if its size changed.
+ * Returns -ENOMEM (settings unchanged) or 0. */
+int breaker_configure(struct breaker *b, unsigned failure_threshold, double failure_ratio,
+                      unsigned window, usec_t cooldown, usec_t cooldown_max);
+
 /* Half-open and the probe found nothing to send (empty claim): let the next batch probe. */
 void breaker_cancel_probe(struct breaker *b);
 

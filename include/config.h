@@ -89,6 +89,13 @@ void config_free(struct relay_config *c);
  * (hand it to rd_kafka_new() or rd_kafka_conf_destroy() it). */
 rd_kafka_conf_t *config_kafka_conf(const struct relay_config *c, char *err, size_t errsz);
 
+/* SIGHUP: settings that only take effect after a restart (postgres.*, kafka.*,
+ * relay.batch_timeout) are copied from `running` into `next`, so `next` describes what really
+ * runs. Their names, where they differ, go comma-separated into `changed`. Returns how many
+ * differed, or -ENOMEM. */
+int config_keep_restart_only(const struct relay_config *running, struct relay_config *next,
+                             char *changed, size_t changedsz);
+
 /* Copies conninfo into buf with any password value replaced by "***" (key=value and URI
  * forms). Returns buf. */
 const char *config_redact_conninfo(const char *conninfo, char *buf, size_t bufsz);

@@ -15,6 +15,8 @@ void notify_ready(struct notifier *n);
 void notify_reloading(struct notifier *n);
 void notify_stopping(struct notifier *n);
 void notify_status(struct notifier *n, const char *status);
+/* EXTEND_TIMEOUT_USEC: the start or stop is still making progress; allow `usec` more. */
+void notify_extend_timeout(struct notifier *n, usec_t usec);
 /* Pings the watchdog when half its interval has passed since the last ping. */
 void notify_watchdog(struct notifier *n, usec_t now);
 /* Upper bound for the loop's sleep so the watchdog is served in time. */

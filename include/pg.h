@@ -50,6 +50,10 @@ struct pg {
         char *sql_lag;
         char *sql_listen;
         bool in_tx;
+        /* Called about once a second while a call waits on the server, so the caller can keep
+         * serving its watchdog during a long but bounded wait. Optional. */
+        void (*tick)(void *arg);
+        void *tick_arg;
 };
 
 /* Prepares the SQL texts for cfg's table and channel. No connection yet. */

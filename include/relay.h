@@ -26,7 +26,7 @@ struct relay_stats {
 };
 
 struct relay {
-        const struct relay_config *cfg; /* borrowed; replaced on reload */
+        struct relay_config *cfg; /* owned; replaced on reload */
         struct signal_flags *sig;
         struct pg pg;
         struct kafka kafka;
@@ -43,6 +43,8 @@ struct relay {
         usec_t stop_at;         /* when the stop was requested, 0 = not yet */
         usec_t next_summary;
         usec_t next_status;
+        usec_t status_at;           /* when STATUS was last computed */
+        uint64_t status_published; /* published total then */
         usec_t next_retention;
         bool ready_sent;
 
@@ -50,8 +52,9 @@ struct relay {
         struct relay_stats last_summary;
 };
 
-/* Prepares the context; does not connect. */
-int relay_init(struct relay *r, const struct relay_config *cfg, struct signal_flags *sig);
+/* Prepares the context and takes ownership of the heap-allocated cfg (also on failure);
+ * does not connect. */
+int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *sig);
 
 /* Runs until stopped. Returns 0 after a clean drain, -ECANCELED after a second signal,
  * -ENOTRECOVERABLE after a fatal producer error, other -errno on setup failure. */

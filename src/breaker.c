@@ -110,6 +110,31 @@ enum breaker_event breaker_record(struct breaker *b, bool failure, usec_t now, s
         return BREAKER_NONE;
 }
 
+int breaker_configure(struct breaker *b, unsigned failure_threshold, double failure_ratio,
+                      unsigned window, usec_t cooldown, usec_t cooldown_max) {
+        if (window == 0 || window > BREAKER_WINDOW_MAX)
+                return -EINVAL;
+        if (window != b->window) {
+                uint8_t *ring = calloc(window, 1);
+
+                if (!ring)
+                        return -ENOMEM;
+                free(b->ring);
+                b->ring = ring;
+                b->window = window;
+                b->ring_pos = b->ring_len = b->ring_failures = 0;
+        }
+        b->failure_threshold = failure_threshold ? failure_threshold : 1;
+        b->failure_ratio = failure_ratio;
+        b->cooldown = cooldown;
+        b->cooldown_max = cooldown_max < cooldown ? cooldown : cooldown_max;
+        if (b->current_cooldown < b->cooldown)
+                b->current_cooldown = b->cooldown;
+        if (b->current_cooldown > b->cooldown_max)
+                b->current_cooldown = b->cooldown_max;
+        return 0;
+}
+
 void breaker_cancel_probe(struct breaker *b) {
         if (b->state == BREAKER_HALF_OPEN)
                 b->probe_out = false;

@@ -41,6 +41,7 @@ struct key {
         long long def;       /* default of every non-string kind (usec for durations) */
         double def_real;     /* KEY_RATIO default */
         const char *def_str; /* default of the string kinds */
+        bool restart;        /* a change takes effect only after a restart, not on SIGHUP */
 };
 
 #define SEC(n) ((long long)(n) * (long long)USEC_PER_SEC)
@@ -53,23 +54,23 @@ struct key {
 /* One row per key. The sample etc/outbox-relay.conf documents the same rows; a unit test
  * checks that loading the sample gives exactly these defaults. */
 static const struct key keys[] = {
-        {"postgres", "conninfo", KEY_CONNINFO, OFF(postgres.conninfo), .def_str = ""},
-        {"postgres", "table", KEY_TABLE, OFF(postgres.table), .def_str = "outbox"},
-        {"postgres", "channel", KEY_CHANNEL, OFF(postgres.channel), .def_str = "outbox"},
+        {"postgres", "conninfo", KEY_CONNINFO, OFF(postgres.conninfo), .def_str = "", .restart = true},
+        {"postgres", "table", KEY_TABLE, OFF(postgres.table), .def_str = "outbox", .restart = true},
+        {"postgres", "channel", KEY_CHANNEL, OFF(postgres.channel), .def_str = "outbox", .restart = true},
         {"postgres", "connect_timeout", KEY_DURATION, OFF(postgres.connect_timeout), SEC(1), MIN(10),
-         .def = SEC(10)},
+         .def = SEC(10), .restart = true},
         {"postgres", "statement_timeout", KEY_DURATION, OFF(postgres.statement_timeout), MSEC(100),
-         HOUR(1), .def = SEC(30)},
+         HOUR(1), .def = SEC(30), .restart = true},
         {"postgres", "keepalives_idle", KEY_DURATION, OFF(postgres.keepalives_idle), SEC(1), HOUR(2),
-         .def = SEC(30)},
+         .def = SEC(30), .restart = true},
         {"postgres", "tcp_user_timeout", KEY_DURATION, OFF(postgres.tcp_user_timeout), SEC(1), HOUR(1),
-         .def = SEC(30)},
+         .def = SEC(30), .restart = true},
 
         {"relay", "batch_size", KEY_INT, OFF(relay.batch_size), 1, 10000, .def = 500},
         {"relay", "poll_interval", KEY_DURATION, OFF(relay.poll_interval), MSEC(10), MIN(10),
          .def = SEC(5)},
         {"relay", "batch_timeout", KEY_DURATION, OFF(relay.batch_timeout), SEC(1), HOUR(1),
-         .def = SEC(60)},
+         .def = SEC(60), .restart = true},
         {"relay", "drain_timeout", KEY_DURATION, OFF(relay.drain_timeout), SEC(1), HOUR(1),
          .def = SEC(30)},
         {"relay", "finish", KEY_FINISH, OFF(relay.finish), .def = FINISH_DELETE},
@@ -1462,4 +1463,88 @@ out:
         if (r < 0)
                 config_free(c);
         return r;
+}
+
+static bool props_equal(const struct relay_config *a, const struct relay_config *b) {
+        if (a->kafka.n_props != b->kafka.n_props)
+                return false;
+        for (size_t i = 0; i < a->kafka.n_props; i++)
+                if (strcmp(a->kafka.props[i].name, b->kafka.props[i].name) != 0 ||
+                    strcmp(a->kafka.props[i].value, b->kafka.props[i].value) != 0)
+                        return false;
+        return true;
+}
+
+static void append_name(char *buf, size_t sz, const char *name) {
+        size_t n = strlen(buf);
+
+        snprintf(buf + n, sz - n, "%s%s", n ? ", " : "", name);
+}
+
+int config_keep_restart_only(const struct relay_config *running, struct relay_config *next,
+                             char *changed, size_t changedsz) {
+        int count = 0;
+
+        if (changedsz)
+                changed[0] = 0;
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                const struct key *k = &keys[i];
+                const void *from = (const char *)running + k->offset;
+                void *to = field(next, k);
+                char name[64];
+                bool differs;
+
+                if (!k->restart)
+                        continue;
+                switch (k->kind) {
+                case KEY_CONNINFO:
+                case KEY_TABLE:
+                case KEY_CHANNEL:
+                        differs = strcmp(*(char *const *)from, *(char **)to) != 0;
+                        if (differs) {
+                                char *copy = strdup(*(char *const *)from);
+
+                                if (!copy)
+                                        return -ENOMEM;
+                                free(*(char **)to);
+                                *(char **)to = copy;
+                        }
+                        break;
+                case KEY_DURATION:
+                        differs = *(const usec_t *)from != *(usec_t *)to;
+                        *(usec_t *)to = *(const usec_t *)from;
+                        break;
+                default: /* no other kind is restart-only */
+                        differs = false;
+                        break;
+                }
+                if (differs) {
+                        snprintf(name, sizeof(name), "%s.%s", k->group, k->name);
+                        append_name(changed, changedsz, name);
+                        count++;
+                }
+        }
+        if (!props_equal(running, next)) {
+                struct kafka_prop *props = calloc(running->kafka.n_props + 1, sizeof(*props));
+
+                if (!props)
+                        return -ENOMEM;
+                for (size_t i = 0; i < running->kafka.n_props; i++) {
+                        props[i].name = strdup(running->kafka.props[i].name);
+                        props[i].setting = strdup(running->kafka.props[i].setting);
+                        props[i].value = strdup(running->kafka.props[i].value);
+                        props[i].line = running->kafka.props[i].line;
+                }
+                for (size_t i = 0; i < next->kafka.n_props; i++) {
+                        free(next->kafka.props[i].name);
+                        free(next->kafka.props[i].setting);
+                        free(next->kafka.props[i].value);
+                }
+                free(next->kafka.props);
+                next->kafka.props = props;
+                next->kafka.n_props = running->kafka.n_props;
+                append_name(changed, changedsz, "kafka.*");
+                count++;
+        }
+        return count;
 }

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
 
@@ -32,7 +33,7 @@ int main(int argc, char **argv) {
                 {0},
         };
         const char *path = CONFIG_DEFAULT_PATH;
-        struct relay_config cfg = {0};
+        struct relay_config *cfg = calloc(1, sizeof(*cfg));
         struct relay relay;
         rd_kafka_conf_t *kconf;
         bool check = false;
@@ -64,36 +65,43 @@ int main(int argc, char **argv) {
                 return EX_USAGE;
         }
 
-        r = config_load(path, &cfg, err, sizeof(err));
+        if (!cfg) {
+                fprintf(stderr, "<3>outbox-relay: out of memory\n");
+                return 1;
+        }
+        r = config_load(path, cfg, err, sizeof(err));
         if (r < 0) {
                 fprintf(stderr, "<3>outbox-relay: %s\n", err);
+                free(cfg);
                 return EX_CONFIG;
         }
-        kconf = config_kafka_conf(&cfg, err, sizeof(err));
+        kconf = config_kafka_conf(cfg, err, sizeof(err));
         if (!kconf) {
                 fprintf(stderr, "<3>outbox-relay: %s\n", err);
-                config_free(&cfg);
+                config_free(cfg);
+                free(cfg);
                 return EX_CONFIG;
         }
         rd_kafka_conf_destroy(kconf);
         if (check) {
                 printf("%s: configuration is valid\n", path);
-                config_free(&cfg);
+                config_free(cfg);
+                free(cfg);
                 return 0;
         }
-        log_set_level(cfg.log.level);
+        log_open();
+        log_set_level(cfg->log.level);
+        log_event(LOG_INFO, LOG_EV_STARTED, NULL, "outbox-relay %s starting (librdkafka %s), table '%s'",
+                  VERSION, rd_kafka_version_str(), cfg->postgres.table);
 
-        r = relay_init(&relay, &cfg, signals_install());
+        /* The relay owns cfg from here on, and replaces it on SIGHUP. */
+        r = relay_init(&relay, cfg, signals_install());
         if (r < 0) {
                 log_error_errno(r, "cannot initialise");
-                config_free(&cfg);
                 return 1;
         }
-        log_info("outbox-relay %s starting (librdkafka %s), table '%s'", VERSION,
-                 rd_kafka_version_str(), cfg.postgres.table);
         r = relay_run(&relay);
         relay_done(&relay);
-        config_free(&cfg);
         if (r == -EINVAL)
                 return EX_CONFIG;
         if (r < 0) {
@@ -101,6 +109,6 @@ int main(int argc, char **argv) {
                         log_notice("second stop signal: rolled back, exiting without draining");
                 return 1;
         }
-        log_info("stopped");
+        log_event(LOG_INFO, LOG_EV_STOPPED, NULL, "stopped");
         return 0;
 }

@@ -50,6 +50,14 @@ void notify_status(struct notifier *n, const char *status) {
         sd_notify(0, buf);
 }
 
+void notify_extend_timeout(struct notifier *n, usec_t usec) {
+        char buf[64];
+
+        (void)n;
+        snprintf(buf, sizeof(buf), "EXTEND_TIMEOUT_USEC=%llu", (unsigned long long)usec);
+        sd_notify(0, buf);
+}
+
 void notify_watchdog(struct notifier *n, usec_t now) {
         if (!n->watchdog_interval || now - n->watchdog_last < n->watchdog_interval)
                 return;

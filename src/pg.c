@@ -169,7 +169,9 @@ static int wait_socket(struct pg *pg, short events, usec_t deadline) {
                         return -ECONNRESET;
                 if (now >= deadline)
                         return -ETIMEDOUT;
-                r = poll(&p, 1, (int)((deadline - now + 999) / 1000));
+                if (pg->tick)
+                        pg->tick(pg->tick_arg);
+                r = poll(&p, 1, deadline - now > USEC_PER_SEC ? 1000 : (int)((deadline - now + 999) / 1000));
                 if (r > 0)
                         return 0;
                 if (r < 0 && errno != EINTR)

@@ -41,15 +41,31 @@ static void batch_free(struct batch *b) {
         memset(b, 0, sizeof(*b));
 }
 
-int relay_init(struct relay *r, const struct relay_config *cfg, struct signal_flags *sig) {
+static void free_config(struct relay_config *c) {
+        config_free(c);
+        free(c);
+}
+
+static void watchdog_tick(void *arg) {
+        struct relay *r = arg;
+
+        notify_watchdog(&r->notifier, now_usec());
+}
+
+int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *sig) {
         int ret;
 
         memset(r, 0, sizeof(*r));
         r->cfg = cfg;
         r->sig = sig;
         ret = pg_init(&r->pg, cfg);
-        if (ret < 0)
+        if (ret < 0) {
+                free_config(cfg);
+                r->cfg = NULL;
                 return ret;
+        }
+        r->pg.tick = watchdog_tick;
+        r->pg.tick_arg = r;
         notify_init(&r->notifier);
         rng_seed(&r->rng, (uint64_t)getpid() ^ wall_usec());
         backoff_init(&r->db_backoff, cfg->retry.base, cfg->retry.cap);
@@ -59,6 +75,8 @@ int relay_init(struct relay *r, const struct relay_config *cfg, struct signal_fl
                            cfg->breaker.cooldown, cfg->breaker.cooldown_max);
         if (ret < 0) {
                 pg_done(&r->pg);
+                free_config(cfg);
+                r->cfg = NULL;
                 return ret;
         }
         r->state = RELAY_CONNECTING;
@@ -66,16 +84,73 @@ int relay_init(struct relay *r, const struct relay_config *cfg, struct signal_fl
 }
 
 void relay_done(struct relay *r) {
+        if (!r->cfg)
+                return;
         kafka_close(&r->kafka, r->cfg->relay.drain_timeout);
         pg_done(&r->pg);
         breaker_done(&r->breaker);
+        free_config(r->cfg);
+        r->cfg = NULL;
+}
+
+/* SIGHUP: re-read the file; apply what can change live, keep the rest (and say so); keep
+ * everything when the new file is invalid. */
+static void relay_reload(struct relay *r) {
+        struct relay_config *next = calloc(1, sizeof(*next));
+        char err[1024], changed[512], file[300];
+        const char *fields[] = {file, NULL};
+        int n;
+
+        notify_reloading(&r->notifier);
+        snprintf(file, sizeof(file), "OUTBOX_CONFIG_FILE=%s", r->cfg->file);
+        if (!next) {
+                log_error("reload failed: out of memory; keeping the running settings");
+                goto out;
+        }
+        if (config_load(r->cfg->file, next, err, sizeof(err)) < 0) {
+                log_event(LOG_ERR, LOG_EV_RELOAD, fields,
+                          "reload failed, keeping the running settings: %s", err);
+                free(next);
+                goto out;
+        }
+        n = config_keep_restart_only(r->cfg, next, changed, sizeof(changed));
+        if (n < 0 || breaker_configure(&r->breaker, (unsigned)next->breaker.failure_threshold,
+                                       next->breaker.failure_ratio, (unsigned)next->breaker.window,
+                                       next->breaker.cooldown, next->breaker.cooldown_max) < 0) {
+                log_error("reload failed: out of memory; keeping the running settings");
+                free_config(next);
+                goto out;
+        }
+        log_set_level(next->log.level);
+        r->db_backoff.base = r->batch_backoff.base = next->retry.base;
+        r->db_backoff.cap = r->batch_backoff.cap = next->retry.cap;
+        if (r->next_poll > now_usec() + next->relay.poll_interval)
+                r->next_poll = now_usec() + next->relay.poll_interval;
+        free_config(r->cfg);
+        r->cfg = next;
+        r->pg.cfg = next;
+        if (n > 0)
+                log_warning("reload: %s changed; that takes effect only after a restart", changed);
+        log_event(LOG_NOTICE, LOG_EV_RELOAD, fields, "configuration reloaded from '%s'", r->cfg->file);
+out:
+        notify_ready(&r->notifier);
+}
+
+/* Announces the stop once: STOPPING=1, and the drain's own deadline for systemd. */
+static void relay_stopping(struct relay *r) {
+        if (r->stop_at)
+                return;
+        r->stop_at = now_usec();
+        notify_stopping(&r->notifier);
+        notify_extend_timeout(&r->notifier, r->cfg->relay.drain_timeout + 5 * USEC_PER_SEC);
+        log_event(LOG_INFO, LOG_EV_STOPPING, NULL, "stopping: finishing the batch in flight within %.0fs",
+                  (double)r->cfg->relay.drain_timeout / USEC_PER_SEC);
 }
 
 /* The deadline a batch must keep: its own, shortened to the drain timeout once stopping. */
 static usec_t batch_deadline(struct relay *r, usec_t deadline) {
         if (r->sig->stop) {
-                if (!r->stop_at)
-                        r->stop_at = now_usec();
+                relay_stopping(r);
                 if (r->stop_at + r->cfg->relay.drain_timeout < deadline)
                         return r->stop_at + r->cfg->relay.drain_timeout;
         }
@@ -311,8 +386,14 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
                 const struct pg_failure *f = &b.fails[i];
 
                 if (f->dead) {
+                        char id[48], reason[300];
+                        const char *fields[] = {id, reason, NULL};
+
+                        snprintf(id, sizeof(id), "OUTBOX_ROW_ID=%" PRId64, f->id);
+                        snprintf(reason, sizeof(reason), "OUTBOX_REASON=%s", f->reason);
                         r->stats.dead_lettered++;
-                        log_warning("row %" PRId64 " dead-lettered: %s", f->id, f->reason);
+                        log_event(LOG_WARNING, LOG_EV_DEAD_LETTER, fields,
+                                  "row %" PRId64 " dead-lettered: %s", f->id, f->reason);
                 } else
                         r->stats.failed++;
         }
@@ -332,16 +413,29 @@ rollback:
         return ret;
 }
 
+/* STATUS= every few seconds: totals, rate, lag (age of the oldest pending row), breaker and
+ * database state. */
 static void relay_status(struct relay *r, usec_t now) {
-        char status[256];
+        char status[320], lagbuf[48] = "lag ?", err[256];
         const char *db = pg_connected(&r->pg) ? "database ok" : "database unavailable";
+        double rate = 0;
+        usec_t lag;
 
         if (now < r->next_status)
                 return;
+        if (r->status_at && now > r->status_at)
+                rate = (double)(r->stats.published - r->status_published) * USEC_PER_SEC /
+                       (double)(now - r->status_at);
+        r->status_at = now;
+        r->status_published = r->stats.published;
         r->next_status = now + 2 * USEC_PER_SEC;
+        if (pg_connected(&r->pg) && !r->pg.in_tx &&
+            pg_lag(&r->pg, &lag, now + r->cfg->postgres.statement_timeout, err, sizeof(err)) == 0)
+                snprintf(lagbuf, sizeof(lagbuf), "lag %.2fs", (double)lag / USEC_PER_SEC);
 
-        snprintf(status, sizeof(status), "published %" PRIu64 ", dead-lettered %" PRIu64 ", %s, %s",
-                 r->stats.published, r->stats.dead_lettered, db,
+        snprintf(status, sizeof(status),
+                 "published %" PRIu64 " (%.0f/s), %s, dead-lettered %" PRIu64 ", %s, %s",
+                 r->stats.published, rate, lagbuf, r->stats.dead_lettered, db,
                  r->breaker.state == BREAKER_OPEN        ? "kafka unavailable (breaker open)"
                  : r->breaker.state == BREAKER_HALF_OPEN ? "kafka probing (breaker half-open)"
                  : r->state == RELAY_BACKOFF             ? "kafka failing, retrying"
@@ -351,7 +445,7 @@ static void relay_status(struct relay *r, usec_t now) {
                 if (r->stats.published != r->last_summary.published ||
                     r->stats.dead_lettered != r->last_summary.dead_lettered ||
                     r->stats.failed != r->last_summary.failed)
-                        log_info("summary: published %" PRIu64 " (+%" PRIu64 "), dead-lettered %" PRIu64
+                        log_event(LOG_INFO, LOG_EV_SUMMARY, NULL, "summary: published %" PRIu64 " (+%" PRIu64 "), dead-lettered %" PRIu64
                                  ", failed deliveries %" PRIu64 ", batches %" PRIu64,
                                  r->stats.published, r->stats.published - r->last_summary.published,
                                  r->stats.dead_lettered, r->stats.failed, r->stats.batches);
@@ -384,15 +478,16 @@ static void breaker_outcome(struct relay *r, int ret, usec_t now) {
         ev = breaker_record(&r->breaker, ret == -EAGAIN, now, &r->rng);
         switch (ev) {
         case BREAKER_OPENED:
-                log_warning("circuit breaker opened: Kafka deliveries keep failing; claiming nothing "
+                log_event(LOG_WARNING, LOG_EV_BREAKER_OPEN, NULL, "circuit breaker opened: Kafka deliveries keep failing; claiming nothing "
                             "until a probe in %.1fs", (double)(r->breaker.open_until - now) / USEC_PER_SEC);
                 break;
         case BREAKER_REOPENED:
-                log_warning("circuit breaker probe failed: open again, next probe in %.1fs",
+                log_event(LOG_WARNING, LOG_EV_BREAKER_OPEN, NULL, "circuit breaker probe failed: open again, next probe in %.1fs",
                             (double)(r->breaker.open_until - now) / USEC_PER_SEC);
                 break;
         case BREAKER_CLOSED_AGAIN:
-                log_notice("circuit breaker closed: Kafka deliveries succeed again");
+                log_event(LOG_NOTICE, LOG_EV_BREAKER_CLOSED, NULL,
+                          "circuit breaker closed: Kafka deliveries succeed again");
                 break;
         default:
                 break;
@@ -416,10 +511,16 @@ static void try_connect(struct relay *r, usec_t now) {
 
                 snprintf(what, sizeof(what), "cannot connect to PostgreSQL: %s", err);
                 schedule_retry(r, &r->db_backoff, now_usec(), what);
+                /* A slow start that is still trying: ask systemd for the time it needs. */
+                if (!r->ready_sent)
+                        notify_extend_timeout(&r->notifier, r->retry_at - now_usec() +
+                                                                    r->cfg->postgres.connect_timeout +
+                                                                    5 * USEC_PER_SEC);
                 return;
         }
         if (r->ready_sent)
-                log_notice("connected to PostgreSQL again after %u failed attempts", r->db_backoff.attempt);
+                log_event(LOG_NOTICE, LOG_EV_DB_BACK, NULL,
+                          "connected to PostgreSQL again after %u failed attempts", r->db_backoff.attempt);
         else
                 log_info("connected to PostgreSQL, listening on '%s'", r->cfg->postgres.channel);
         backoff_reset(&r->db_backoff);
@@ -470,6 +571,10 @@ int relay_run(struct relay *r) {
                 usec_t now = now_usec(), wait;
 
                 notify_watchdog(&r->notifier, now);
+                if (r->sig->reload) {
+                        r->sig->reload = 0;
+                        relay_reload(r);
+                }
                 kafka_poll(&r->kafka, 0);
                 if (r->kafka.fatal) {
                         log_error("fatal Kafka producer error, exiting for a restart: %s",
@@ -478,12 +583,13 @@ int relay_run(struct relay *r) {
                 }
                 if (r->kafka.last_error_new) {
                         r->kafka.last_error_new = false;
-                        log_warning("kafka: %s", r->kafka.last_error);
+                        log_event(LOG_WARNING, LOG_EV_KAFKA_ERROR, NULL, "kafka: %s", r->kafka.last_error);
                 }
 
                 if (!pg_connected(&r->pg)) {
                         if (r->state != RELAY_CONNECTING) {
-                                log_warning("lost the PostgreSQL connection, reconnecting");
+                                log_event(LOG_WARNING, LOG_EV_DB_LOST, NULL,
+                                          "lost the PostgreSQL connection, reconnecting");
                                 r->state = RELAY_CONNECTING;
                                 pg_disconnect(&r->pg);
                                 r->retry_at = now;
@@ -495,7 +601,7 @@ int relay_run(struct relay *r) {
                         if (pg_connected(&r->pg) && !r->ready_sent) {
                                 notify_ready(&r->notifier);
                                 r->ready_sent = true;
-                                log_info("ready");
+                                log_event(LOG_INFO, LOG_EV_READY, NULL, "ready");
                         }
                         continue;
                 }
@@ -558,8 +664,8 @@ int relay_run(struct relay *r) {
                         wait = notify_watchdog_due(&r->notifier, now);
                 wait_for_work(r, wait);
         }
-        notify_stopping(&r->notifier);
-        log_info("stopping: published %" PRIu64 ", dead-lettered %" PRIu64, r->stats.published,
+        relay_stopping(r);
+        log_info("drained: published %" PRIu64 ", dead-lettered %" PRIu64, r->stats.published,
                  r->stats.dead_lettered);
         return 0;
 }
