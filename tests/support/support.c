@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,6 +130,8 @@ void ts_testbed(const char *cmd) {
 /* Relays started and not yet reaped, by value: a failed test longjmps out of its frame, so the
  * teardown must not point into it. Keeps a daemon from running on into the next test. */
 static struct ts_relay running[16];
+/* mock-kafka processes, for the same reason. */
+static struct ts_mock *mocks[8];
 
 static void track(const struct ts_relay *r, bool add) {
         for (size_t i = 0; i < 16; i++) {
@@ -141,6 +146,13 @@ static void track(const struct ts_relay *r, bool add) {
 
 int ts_teardown(void **state) {
         (void)state;
+        for (size_t i = 0; i < 8; i++)
+                if (mocks[i] && mocks[i]->pid > 0) {
+                        kill(mocks[i]->pid, SIGKILL);
+                        waitpid(mocks[i]->pid, NULL, 0);
+                        mocks[i]->pid = 0;
+                        mocks[i] = NULL;
+                }
         for (size_t i = 0; i < 16; i++) {
                 struct ts_relay *r = &running[i];
 
@@ -187,7 +199,7 @@ void ts_relay_start_opts(struct ts_relay *r, const struct ts_relay_opts *o) {
                 "relay = { %s };\n"
                 "log = { level = \"%s\"; };\n"
                 "%s\n",
-                ts_conninfo(), o->bootstrap ? o->bootstrap : ts_env("KAFKA_BOOTSTRAP"),
+                o->conninfo ? o->conninfo : ts_conninfo(), o->bootstrap ? o->bootstrap : ts_env("KAFKA_BOOTSTRAP"),
                 o->kafka_extra ? o->kafka_extra : "", o->relay_group ? o->relay_group : "",
                 o->log_level ? o->log_level : "info", o->extra_groups ? o->extra_groups : "");
         fclose(f);
@@ -289,6 +301,180 @@ void ts_relay_dump_log(const struct ts_relay *r) {
 
         fprintf(stderr, "----- relay log %s -----\n%s----- end of relay log -----\n", r->log, s);
         free(s);
+}
+
+/* ---- the systemd notify protocol, without systemd ---- */
+
+void ts_notify_open(struct ts_notify *n) {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        static unsigned counter;
+
+        memset(n, 0, sizeof(*n));
+        snprintf(n->path, sizeof(n->path), "/tmp/outbox-notify-%d-%u", (int)getpid(), counter++);
+        unlink(n->path);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", n->path);
+        n->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (n->fd < 0 || bind(n->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                fail_msg("notify socket: %s", strerror(errno));
+        n->log = calloc(1, 1);
+}
+
+void ts_notify_close(struct ts_notify *n) {
+        if (n->fd >= 0)
+                close(n->fd);
+        unlink(n->path);
+        free(n->log);
+        memset(n, 0, sizeof(*n));
+        n->fd = -1;
+}
+
+/* Receives one datagram (if any within ms) and appends its lines. Returns the new part. */
+static char *notify_recv(struct ts_notify *n, int ms) {
+        struct pollfd p = {.fd = n->fd, .events = POLLIN};
+        char buf[4096];
+        ssize_t r;
+        size_t start;
+
+        if (poll(&p, 1, ms) <= 0)
+                return NULL;
+        r = recv(n->fd, buf, sizeof(buf) - 1, 0);
+        if (r <= 0)
+                return NULL;
+        buf[r] = 0;
+        start = n->len;
+        n->log = realloc(n->log, n->len + (size_t)r + 2);
+        memcpy(n->log + n->len, buf, (size_t)r);
+        n->len += (size_t)r;
+        if (n->log[n->len - 1] != '\n')
+                n->log[n->len++] = '\n';
+        n->log[n->len] = 0;
+        return n->log + start;
+}
+
+static bool has_line(const char *text, const char *want) {
+        size_t wl = strlen(want);
+
+        for (const char *p = text; p && *p;) {
+                const char *e = strchr(p, '\n');
+                size_t l = e ? (size_t)(e - p) : strlen(p);
+
+                if (l == wl && memcmp(p, want, wl) == 0)
+                        return true;
+                p = e ? e + 1 : NULL;
+        }
+        return false;
+}
+
+bool ts_notify_wait(struct ts_notify *n, const char *want, int timeout_ms) {
+        int64_t until = ts_now_ms() + timeout_ms;
+
+        for (;;) {
+                int64_t left = until - ts_now_ms();
+                char *part;
+
+                if (left <= 0)
+                        return false;
+                part = notify_recv(n, (int)left);
+                if (part && has_line(part, want))
+                        return true;
+        }
+}
+
+void ts_notify_drain(struct ts_notify *n, int ms) {
+        int64_t until = ts_now_ms() + ms;
+
+        while (ts_now_ms() < until)
+                notify_recv(n, (int)(until - ts_now_ms()));
+}
+
+int ts_notify_count(const struct ts_notify *n, const char *prefix) {
+        int count = 0;
+        size_t pl = strlen(prefix);
+
+        for (const char *p = n->log; p && *p;) {
+                const char *e = strchr(p, '\n');
+
+                count += strncmp(p, prefix, pl) == 0;
+                p = e ? e + 1 : NULL;
+        }
+        return count;
+}
+
+/* ---- mock-kafka ---- */
+
+static bool mock_line(struct ts_mock *m, char *buf, size_t sz, int timeout_ms) {
+        size_t len = 0;
+        int64_t until = ts_now_ms() + timeout_ms;
+
+        while (len + 1 < sz) {
+                struct pollfd p = {.fd = m->out, .events = POLLIN};
+                char c;
+
+                if (ts_now_ms() > until || poll(&p, 1, 100) < 0)
+                        return false;
+                if (!(p.revents & (POLLIN | POLLHUP)))
+                        continue;
+                if (read(m->out, &c, 1) != 1)
+                        return false;
+                if (c == '\n')
+                        break;
+                buf[len++] = c;
+        }
+        buf[len] = 0;
+        return true;
+}
+
+void ts_mock_start(struct ts_mock *m, const char *topic, int partitions) {
+        int in[2], out[2];
+        char line[300], arg[200];
+        const char *bin = ts_env("MOCK_KAFKA_BIN");
+
+        memset(m, 0, sizeof(*m));
+        if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0)
+                fail_msg("pipe: %s", strerror(errno));
+        snprintf(arg, sizeof(arg), "%s:%d", topic, partitions);
+        m->pid = fork();
+        if (m->pid == 0) {
+                dup2(in[0], STDIN_FILENO);
+                dup2(out[1], STDOUT_FILENO);
+                execl(bin, bin, "--topic", arg, (char *)NULL);
+                _exit(127);
+        }
+        close(in[0]);
+        close(out[1]);
+        m->in = in[1];
+        m->out = out[0];
+        for (size_t i = 0; i < 8; i++)
+                if (!mocks[i]) {
+                        mocks[i] = m;
+                        break;
+                }
+        if (!mock_line(m, line, sizeof(line), 10000) || strncmp(line, "BOOTSTRAP ", 10) != 0)
+                fail_msg("mock-kafka did not start (got '%s')", line);
+        snprintf(m->bootstrap, sizeof(m->bootstrap), "%s", line + 10);
+}
+
+void ts_mock_cmd(struct ts_mock *m, const char *cmd) {
+        char line[300];
+        size_t len = strlen(cmd);
+
+        if (write(m->in, cmd, len) != (ssize_t)len || write(m->in, "\n", 1) != 1)
+                fail_msg("mock-kafka: cannot send '%s'", cmd);
+        if (!mock_line(m, line, sizeof(line), 10000) || strcmp(line, "OK") != 0)
+                fail_msg("mock-kafka: '%s' answered '%s'", cmd, line);
+}
+
+void ts_mock_stop(struct ts_mock *m) {
+        if (m->pid <= 0)
+                return;
+        close(m->in);
+        close(m->out);
+        kill(m->pid, SIGTERM);
+        waitpid(m->pid, NULL, 0);
+        for (size_t i = 0; i < 8; i++)
+                if (mocks[i] == m)
+                        mocks[i] = NULL;
+        m->pid = 0;
 }
 
 /* ---- Kafka ---- */

@@ -54,6 +54,7 @@ struct ts_relay_opts {
         const char *log_level;     /* default "info" */
         const char *notify_socket; /* NOTIFY_SOCKET for the child */
         const char *watchdog_usec; /* WATCHDOG_USEC for the child (WATCHDOG_PID is set to it) */
+        const char *conninfo;      /* instead of the test bed's */
 };
 void ts_relay_start_opts(struct ts_relay *r, const struct ts_relay_opts *o);
 /* Sends sig and waits up to timeout_ms; returns the exit status (or 128+signal). */
@@ -63,6 +64,34 @@ bool ts_relay_log_wait(struct ts_relay *r, const char *needle, int timeout_ms);
 void ts_relay_dump_log(const struct ts_relay *r);
 /* cmocka teardown: kills (and shows the log of) any relay a failed test left running. */
 int ts_teardown(void **state);
+
+/* ---- the systemd notify protocol, without systemd ---- */
+struct ts_notify {
+        int fd;
+        char path[108];
+        char *log;   /* every datagram received so far, "\n"-separated, in order */
+        size_t len;
+};
+/* Binds an AF_UNIX datagram socket at a fresh path (pass n->path as NOTIFY_SOCKET). */
+void ts_notify_open(struct ts_notify *n);
+void ts_notify_close(struct ts_notify *n);
+/* Reads datagrams until one holds the line `want` (e.g. "READY=1") or timeout_ms passes. */
+bool ts_notify_wait(struct ts_notify *n, const char *want, int timeout_ms);
+/* Reads whatever arrives for `ms`. */
+void ts_notify_drain(struct ts_notify *n, int ms);
+/* How many received lines start with `prefix`. */
+int ts_notify_count(const struct ts_notify *n, const char *prefix);
+
+/* ---- mock-kafka ($MOCK_KAFKA_BIN), driven over its stdin ---- */
+struct ts_mock {
+        pid_t pid;
+        int in, out;
+        char bootstrap[256];
+};
+void ts_mock_start(struct ts_mock *m, const char *topic, int partitions);
+/* Sends one command; fails the test unless the reply is OK. */
+void ts_mock_cmd(struct ts_mock *m, const char *cmd);
+void ts_mock_stop(struct ts_mock *m);
 
 /* ---- Kafka ---- */
 struct ts_header {
