@@ -86,7 +86,7 @@ int ts_notify_count(const struct ts_notify *n, const char *prefix);
 struct ts_mock {
         pid_t pid;
         int in, out;
-        char bootstrap[256];
+        char bootstrap[320];
 };
 void ts_mock_start(struct ts_mock *m, const char *topic, int partitions);
 /* Sends one command; fails the test unless the reply is OK. */
