@@ -160,6 +160,8 @@ void log_event(int prio, enum log_event ev, const char *const *fields, const cha
         va_start(ap, fmt);
         vsnprintf(message, sizeof(message), fmt, ap);
         va_end(ap);
+        (void)ev;
+        (void)fields;
 #ifdef HAVE_SYSTEMD
         if (log_to_journal) {
                 char buf[8192];
