@@ -13,6 +13,7 @@
 struct kafka_delivery {
         rd_kafka_resp_err_t err;
         rd_kafka_msg_status_t status;
+        int32_t partition; /* where it went, or RD_KAFKA_PARTITION_UA if it never got one */
         bool reported;
 };
 

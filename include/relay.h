@@ -25,6 +25,14 @@ struct relay_stats {
         uint64_t batches;
 };
 
+/* A topic Kafka refuses for a reason no retry of the row can fix (authorization, unknown
+ * topic): its rows stay pending and are not claimed until `until`. */
+struct paused_topic {
+        char *topic;
+        usec_t until;
+        unsigned strikes; /* consecutive pauses: the pause grows */
+};
+
 struct relay {
         struct relay_config *cfg; /* owned; replaced on reload */
         struct signal_flags *sig;
@@ -47,6 +55,9 @@ struct relay {
         uint64_t status_published; /* published total then */
         usec_t next_retention;
         bool ready_sent;
+
+        struct paused_topic *paused;
+        size_t n_paused;
 
         struct relay_stats stats;
         struct relay_stats last_summary;

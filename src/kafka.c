@@ -15,6 +15,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         if (d) {
                 d->err = m->err;
                 d->status = rd_kafka_message_status(m);
+                d->partition = m->partition;
                 d->reported = true;
         }
         if (k->pending)

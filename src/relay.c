@@ -89,6 +89,9 @@ void relay_done(struct relay *r) {
         kafka_close(&r->kafka, r->cfg->relay.drain_timeout);
         pg_done(&r->pg);
         breaker_done(&r->breaker);
+        for (size_t i = 0; i < r->n_paused; i++)
+                free(r->paused[i].topic);
+        free(r->paused);
         free_config(r->cfg);
         r->cfg = NULL;
 }
@@ -231,17 +234,128 @@ static void isolate_suspects(struct relay *r, struct batch *b, usec_t deadline) 
         }
 }
 
-/* Sorts the outcomes into rows to finish and failures to record. */
-static int settle(struct relay *r, struct batch *b, size_t *n_ok, const char **first_error) {
-        size_t n = b->rows.n, ok = 0;
+/* Stops claiming a topic Kafka refuses, for a growing while, and says so once per pause. */
+static void pause_topic(struct relay *r, const char *topic, const char *reason) {
+        struct paused_topic *p = NULL, *grown;
+        usec_t now = now_usec(), wait;
+        char field[300];
+        const char *fields[] = {field, NULL};
+
+        for (size_t i = 0; i < r->n_paused; i++)
+                if (strcmp(r->paused[i].topic, topic) == 0)
+                        p = &r->paused[i];
+        if (p && p->until > now)
+                return; /* already paused by an earlier row of this batch */
+        if (!p) {
+                grown = realloc(r->paused, (r->n_paused + 1) * sizeof(*r->paused));
+                if (!grown)
+                        return;
+                r->paused = grown;
+                p = &r->paused[r->n_paused];
+                *p = (struct paused_topic){.topic = strdup(topic)};
+                if (!p->topic)
+                        return;
+                r->n_paused++;
+        }
+        /* 10 s, 20 s, 40 s … up to 5 min: an operator has to act, the relay only checks back. */
+        wait = 10 * USEC_PER_SEC << (p->strikes < 5 ? p->strikes : 5);
+        if (wait > 300 * USEC_PER_SEC)
+                wait = 300 * USEC_PER_SEC;
+        p->strikes++;
+        p->until = now + wait;
+        snprintf(field, sizeof(field), "OUTBOX_TOPIC=%s", topic);
+        log_event(LOG_ERR, LOG_EV_KAFKA_ERROR, fields,
+                  "topic '%s' refused by Kafka (%s); its rows stay pending, other topics go on; "
+                  "trying the topic again in %.0fs",
+                  topic, reason, (double)wait / USEC_PER_SEC);
+}
+
+/* The topics not to claim now, as a text[] literal; expired pauses are kept (their strike
+ * count makes the next pause longer) until a batch delivers to the topic again. */
+static char *paused_literal(struct relay *r, usec_t now) {
+        size_t cap = 3, len = 0;
+        char *s;
+
+        for (size_t i = 0; i < r->n_paused; i++)
+                cap += 2 * strlen(r->paused[i].topic) + 4;
+        s = malloc(cap);
+        if (!s)
+                return NULL;
+        s[len++] = '{';
+        for (size_t i = 0; i < r->n_paused; i++) {
+                if (r->paused[i].until <= now)
+                        continue;
+                if (len > 1)
+                        s[len++] = ',';
+                s[len++] = '"';
+                for (const char *c = r->paused[i].topic; *c; c++) {
+                        if (*c == '"' || *c == '\\')
+                                s[len++] = '\\';
+                        s[len++] = *c;
+                }
+                s[len++] = '"';
+        }
+        s[len++] = '}';
+        s[len] = 0;
+        return s;
+}
+
+/* A topic delivered again: forget its pauses. */
+static void unpause_delivered(struct relay *r, const struct batch *b) {
+        for (size_t i = 0; i < r->n_paused;) {
+                bool delivered = false;
+
+                for (size_t j = 0; j < b->rows.n && !delivered; j++)
+                        delivered = b->slots[j].outcome == OUTCOME_OK && !b->slots[j].skipped &&
+                                    strcmp(b->rows.rows[j].topic, r->paused[i].topic) == 0;
+                if (!delivered) {
+                        i++;
+                        continue;
+                }
+                log_notice("topic '%s' accepted by Kafka again", r->paused[i].topic);
+                free(r->paused[i].topic);
+                r->paused[i] = r->paused[--r->n_paused];
+        }
+}
+
+/* Where deliveries succeeded in this batch: (topic, partition) pairs, few in practice. */
+struct delivered_at {
+        const char *topic;
+        int32_t partition;
+};
+
+static bool delivered_to(const struct delivered_at *d, size_t n, const char *topic, int32_t partition) {
+        for (size_t i = 0; i < n; i++)
+                if ((partition == RD_KAFKA_PARTITION_UA || d[i].partition == partition) &&
+                    strcmp(d[i].topic, topic) == 0)
+                        return true;
+        return false;
+}
+
+/* Sorts the outcomes into rows to finish and failures to record. A transient failure is the
+ * row's own (it spends an attempt) only when other messages reached the same partition of the
+ * same topic in this batch. A topic none of whose messages went through while other topics'
+ * did is refused as a whole (unknown topic, no partitions, …): it is paused, its rows spend
+ * nothing. When nothing went through at all, Kafka is the problem: the breaker's business. */
+static int settle(struct relay *r, struct batch *b, size_t *n_ok, size_t *n_transient,
+                  const char **first_error) {
+        size_t n = b->rows.n, ok = 0, transient = 0, n_at = 0;
+        _cleanup_free_ struct delivered_at *at = calloc(n + 1, sizeof(*at));
         bool any_ok;
 
         b->done = calloc(n, sizeof(*b->done));
         b->fails = calloc(n, sizeof(*b->fails));
-        if (!b->done || !b->fails)
+        if (!b->done || !b->fails || !at)
                 return -ENOMEM;
-        for (size_t i = 0; i < n; i++)
-                ok += b->slots[i].outcome == OUTCOME_OK && !b->slots[i].skipped;
+        for (size_t i = 0; i < n; i++) {
+                const struct slot *s = &b->slots[i];
+
+                if (s->outcome != OUTCOME_OK || s->skipped)
+                        continue;
+                ok++;
+                if (!delivered_to(at, n_at, b->rows.rows[i].topic, s->d.partition))
+                        at[n_at++] = (struct delivered_at){b->rows.rows[i].topic, s->d.partition};
+        }
         /* A row that failed while others in its batch went through failed on its own and
          * spends an attempt; when nothing went through, Kafka is the problem, not the row. */
         any_ok = ok > 0;
@@ -266,22 +380,34 @@ static int settle(struct relay *r, struct batch *b, size_t *n_ok, const char **f
                         f->dead = true;
                         break;
                 case OUTCOME_TRANSIENT:
-                        f->attempts_inc = any_ok ? 1 : 0;
-                        f->dead = any_ok && row->attempts + 1 >= r->cfg->relay.max_attempts;
+                        if (any_ok && !delivered_to(at, n_at, row->topic, RD_KAFKA_PARTITION_UA)) {
+                                /* The whole topic failed while others went through. */
+                                f->attempts_inc = 0;
+                                f->dead = false;
+                                pause_topic(r, row->topic, s->reason);
+                                break;
+                        }
+                        transient++;
+                        f->attempts_inc =
+                                any_ok && s->produced &&
+                                delivered_to(at, n_at, row->topic, s->d.partition) ? 1 : 0;
+                        f->dead = f->attempts_inc && row->attempts + 1 >= r->cfg->relay.max_attempts;
                         if (f->dead)
                                 snprintf(s->reason + strlen(s->reason),
                                          sizeof(s->reason) - strlen(s->reason),
                                          "; failed %d times on its own", row->attempts + 1);
                         break;
-                default:
+                default: /* configuration fault: not the row's, not Kafka's availability */
                         f->attempts_inc = 0;
                         f->dead = false;
+                        pause_topic(r, row->topic, s->reason);
                         break;
                 }
                 if (!f->dead && !*first_error)
                         *first_error = s->reason;
         }
         *n_ok = ok;
+        *n_transient = transient;
         return 0;
 }
 
@@ -299,10 +425,13 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
         usec_t publish_deadline = deadline - reserve;
         char err[512];
         const char *first_error;
-        size_t n_ok = 0;
+        size_t n_ok = 0, n_transient = 0, held = 0;
+        _cleanup_free_ char *skip = paused_literal(r, now);
         int ret;
 
-        ret = pg_claim(&r->pg, limit, &b.rows, deadline, err, sizeof(err));
+        if (!skip)
+                return -ENOMEM;
+        ret = pg_claim(&r->pg, limit, skip, &b.rows, deadline, err, sizeof(err));
         if (ret < 0) {
                 log_warning("claiming rows failed: %s", err);
                 return ret == -EIO ? -EAGAIN : ret;
@@ -324,8 +453,9 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
                         snprintf(s->reason, sizeof(s->reason), "%s", row->map_error);
                         continue;
                 }
-                /* Per-key order: once a row of a key is held back, so are its successors. */
-                for (size_t j = 0; j < i && row->key; j++)
+                /* Per-key order: once a row of a key is held back, so are its successors. Rows
+                 * are rarely held back, so the scan is rarely needed. */
+                for (size_t j = 0; held && j < i && row->key; j++)
                         if (!b.slots[j].produced && b.slots[j].outcome != OUTCOME_PERMANENT &&
                             key_equal(row, &b.rows.rows[j])) {
                                 s->skipped = true;
@@ -336,6 +466,7 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
                 s->outcome = produce_row(r, &b, i, batch_deadline(r, publish_deadline));
                 if (s->outcome == OUTCOME_FATAL)
                         break;
+                held += s->outcome != OUTCOME_OK && s->outcome != OUTCOME_PERMANENT;
         }
         kafka_poll(&r->kafka, 0);
         await_deliveries(r, publish_deadline);
@@ -367,7 +498,7 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
                 goto rollback;
         }
 
-        ret = settle(r, &b, &n_ok, &first_error);
+        ret = settle(r, &b, &n_ok, &n_transient, &first_error);
         if (ret < 0)
                 goto rollback;
         ret = pg_finish(&r->pg, b.done, b.n_done, b.fails, b.n_fails, deadline, err, sizeof(err));
@@ -398,7 +529,9 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
                         r->stats.failed++;
         }
         ret = (int)b.rows.n;
-        if (n_ok == 0 && first_error) {
+        if (r->n_paused)
+                unpause_delivered(r, &b);
+        if (n_ok == 0 && n_transient > 0) {
                 log_warning("batch of %zu rows: nothing delivered (%s)", b.rows.n, first_error);
                 ret = -EAGAIN;
         } else if (first_error)
