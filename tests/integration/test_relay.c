@@ -283,7 +283,9 @@ static void bad_headers_dead_letter(void **state) {
                       " ('%s', 'a', 'bad1', '{\"n\": 1}'),"
                       " ('%s', 'b', 'bad2', '[\"x\"]'),"
                       " ('%s', 'b', 'bad3', '{\"outbox-id\": \"1\"}'),"
-                      " ('%s', 'a', 'ok2', 'null')", topic, topic, topic, topic, topic);
+                      " ('%s', 'a', 'ok2', 'null'),"
+                      " ('%s', 'c', 'bad4', '{\"ok\": \"v\", \"arr\": [\"x\"]}'),"
+                      " ('%s', 'c', 'bad5', '{\"z\": null}')", topic, topic, topic, topic, topic, topic, topic);
         ts_relay_start(&relay, "poll_interval = \"1s\";", NULL);
         assert_true(ts_wait_drained(c, topics, 20000));
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
@@ -294,13 +296,17 @@ static void bad_headers_dead_letter(void **state) {
                          " WHERE dead_at IS NOT NULL AND topic = '%s' ORDER BY id DESC", topic);
                 res = PQexec(c, sql);
         }
-        assert_int_equal(PQntuples(res), 3);
-        assert_string_equal(PQgetvalue(res, 0, 0), "bad3");
-        assert_string_equal(PQgetvalue(res, 0, 1), "header 'outbox-id' is reserved for the relay");
-        assert_string_equal(PQgetvalue(res, 1, 0), "bad2");
-        assert_string_equal(PQgetvalue(res, 1, 1), "headers must be a JSON object (got array)");
-        assert_string_equal(PQgetvalue(res, 2, 0), "bad1");
-        assert_string_equal(PQgetvalue(res, 2, 1), "header 'n' must have a string value (got number)");
+        assert_int_equal(PQntuples(res), 5);
+        assert_string_equal(PQgetvalue(res, 0, 0), "bad5");
+        assert_string_equal(PQgetvalue(res, 0, 1), "header 'z' must have a string value (got null)");
+        assert_string_equal(PQgetvalue(res, 1, 0), "bad4");
+        assert_string_equal(PQgetvalue(res, 1, 1), "header 'arr' must have a string value (got array)");
+        assert_string_equal(PQgetvalue(res, 2, 0), "bad3");
+        assert_string_equal(PQgetvalue(res, 2, 1), "header 'outbox-id' is reserved for the relay");
+        assert_string_equal(PQgetvalue(res, 3, 0), "bad2");
+        assert_string_equal(PQgetvalue(res, 3, 1), "headers must be a JSON object (got array)");
+        assert_string_equal(PQgetvalue(res, 4, 0), "bad1");
+        assert_string_equal(PQgetvalue(res, 4, 1), "header 'n' must have a string value (got number)");
         PQclear(res);
         ts_consume(topics, 2, 30000, 500, &m);
         assert_int_equal(m.n, 2);
