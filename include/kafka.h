@@ -42,5 +42,9 @@ rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void
 /* Serves delivery reports and client errors for up to timeout_ms. */
 void kafka_poll(struct kafka *k, int timeout_ms);
 
+/* Serves reports like kafka_poll(), but sends what linger.ms still holds back at once: the
+ * batch is complete, waiting for more messages would only add latency. */
+void kafka_flush(struct kafka *k, int timeout_ms);
+
 /* Purges queued and in-flight messages and collects their reports (bounded). */
 void kafka_purge(struct kafka *k);

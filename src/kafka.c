@@ -86,6 +86,11 @@ rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void
         }
 }
 
+void kafka_flush(struct kafka *k, int timeout_ms) {
+        if (k->rk)
+                rd_kafka_flush(k->rk, timeout_ms);
+}
+
 void kafka_purge(struct kafka *k) {
         usec_t until = now_usec() + 5 * USEC_PER_SEC;
 

@@ -168,7 +168,7 @@ static void await_deliveries(struct relay *r, usec_t deadline) {
 
                 if (now >= d)
                         break;
-                kafka_poll(&r->kafka, (int)((d - now) / USEC_PER_MSEC > 100 ? 100 : (d - now) / USEC_PER_MSEC + 1));
+                kafka_flush(&r->kafka, (int)((d - now) / USEC_PER_MSEC > 100 ? 100 : (d - now) / USEC_PER_MSEC + 1));
                 notify_watchdog(&r->notifier, now_usec());
         }
         if (r->kafka.pending > 0)
