@@ -130,8 +130,8 @@ void ts_testbed(const char *cmd) {
 /* Relays started and not yet reaped, by value: a failed test longjmps out of its frame, so the
  * teardown must not point into it. Keeps a daemon from running on into the next test. */
 static struct ts_relay running[16];
-/* mock-kafka processes, for the same reason. */
-static struct ts_mock *mocks[8];
+/* mock-kafka processes, for the same reason: their pids, not pointers into a test's frame. */
+static pid_t mocks[8];
 
 static void track(const struct ts_relay *r, bool add) {
         for (size_t i = 0; i < 16; i++) {
@@ -147,11 +147,10 @@ static void track(const struct ts_relay *r, bool add) {
 int ts_teardown(void **state) {
         (void)state;
         for (size_t i = 0; i < 8; i++)
-                if (mocks[i] && mocks[i]->pid > 0) {
-                        kill(mocks[i]->pid, SIGKILL);
-                        waitpid(mocks[i]->pid, NULL, 0);
-                        mocks[i]->pid = 0;
-                        mocks[i] = NULL;
+                if (mocks[i] > 0) {
+                        kill(mocks[i], SIGKILL);
+                        waitpid(mocks[i], NULL, 0);
+                        mocks[i] = 0;
                 }
         for (size_t i = 0; i < 16; i++) {
                 struct ts_relay *r = &running[i];
@@ -445,8 +444,8 @@ void ts_mock_start(struct ts_mock *m, const char *topic, int partitions) {
         m->in = in[1];
         m->out = out[0];
         for (size_t i = 0; i < 8; i++)
-                if (!mocks[i]) {
-                        mocks[i] = m;
+                if (mocks[i] <= 0) {
+                        mocks[i] = m->pid;
                         break;
                 }
         if (!mock_line(m, line, sizeof(line), 10000) || strncmp(line, "BOOTSTRAP ", 10) != 0)
@@ -465,15 +464,24 @@ void ts_mock_cmd(struct ts_mock *m, const char *cmd) {
 }
 
 void ts_mock_stop(struct ts_mock *m) {
+        int64_t until = ts_now_ms() + 10000;
+
         if (m->pid <= 0)
                 return;
         close(m->in);
         close(m->out);
         kill(m->pid, SIGTERM);
-        waitpid(m->pid, NULL, 0);
+        while (waitpid(m->pid, NULL, WNOHANG) == 0) {
+                if (ts_now_ms() > until) {
+                        kill(m->pid, SIGKILL);
+                        waitpid(m->pid, NULL, 0);
+                        break;
+                }
+                usleep(10000);
+        }
         for (size_t i = 0; i < 8; i++)
-                if (mocks[i] == m)
-                        mocks[i] = NULL;
+                if (mocks[i] == m->pid)
+                        mocks[i] = 0;
         m->pid = 0;
 }
 
