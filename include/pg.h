@@ -74,11 +74,12 @@ int pg_socket(const struct pg *pg);
 int pg_consume_notifies(struct pg *pg);
 
 /* BEGIN and claim up to `limit` rows in id order, one round trip, leaving out the topics in
- * `skip_topics` (a text[] literal such as {"a","b"}, NULL = none). The transaction stays open
+ * `skip_topics` and the keys in `skip_keys` (text[] literals such as {"a","b"}, NULL = none;
+ * leaving out a key leaves out all its rows, so its order holds). The transaction stays open
  * (pg->in_tx) when rows came back; an empty claim is committed at once. -ECONNRESET: connection
  * lost; -ETIMEDOUT: deadline passed (the connection is then dropped). */
-int pg_claim(struct pg *pg, int limit, const char *skip_topics, struct pg_batch *b, usec_t deadline,
-             char *err, size_t errsz);
+int pg_claim(struct pg *pg, int limit, const char *skip_topics, const char *skip_keys,
+             struct pg_batch *b, usec_t deadline, char *err, size_t errsz);
 void pg_batch_clear(struct pg_batch *b);
 
 /* Finishes the claimed rows and COMMITs, one round trip: deletes or marks `done`, records

@@ -9,6 +9,7 @@
 #include "config.h"
 #include "kafka.h"
 #include "notify.h"
+#include "pause.h"
 #include "pg.h"
 #include "signals.h"
 
@@ -23,14 +24,6 @@ struct relay_stats {
         uint64_t dead_lettered;
         uint64_t failed; /* row deliveries that failed and will be retried */
         uint64_t batches;
-};
-
-/* A topic Kafka refuses for a reason no retry of the row can fix (authorization, unknown
- * topic): its rows stay pending and are not claimed until `until`. */
-struct paused_topic {
-        char *topic;
-        usec_t until;
-        unsigned strikes; /* consecutive pauses: the pause grows */
 };
 
 struct relay {
@@ -56,8 +49,11 @@ struct relay {
         usec_t next_retention;
         bool ready_sent;
 
-        struct paused_topic *paused;
-        size_t n_paused;
+        /* Topics Kafka takes nothing of while it takes other topics (unknown, not
+         * authorized), and keys whose partition takes nothing while the topic's other
+         * partitions do: not claimed for a growing while, so they do not block the rest. */
+        struct pause_set paused_topics;
+        struct pause_set paused_keys;
 
         struct relay_stats stats;
         struct relay_stats last_summary;

@@ -30,6 +30,7 @@ static const char claim_fmt[] =
         "      FROM jsonb_each(o.headers) h WHERE jsonb_typeof(h.value) <> 'string' LIMIT 1) END"
         " FROM %s o"
         " WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.topic <> ALL($2::text[])"
+        "   AND (o.key IS NULL OR o.key <> ALL($3::text[]))"
         " ORDER BY o.id LIMIT $1"
         " FOR UPDATE SKIP LOCKED";
 
@@ -457,10 +458,10 @@ void pg_batch_clear(struct pg_batch *b) {
         memset(b, 0, sizeof(*b));
 }
 
-int pg_claim(struct pg *pg, int limit, const char *skip_topics, struct pg_batch *b, usec_t deadline,
-             char *err, size_t errsz) {
+int pg_claim(struct pg *pg, int limit, const char *skip_topics, const char *skip_keys,
+             struct pg_batch *b, usec_t deadline, char *err, size_t errsz) {
         char lim[16];
-        const char *params[2] = {lim, skip_topics ? skip_topics : "{}"};
+        const char *params[3] = {lim, skip_topics ? skip_topics : "{}", skip_keys ? skip_keys : "{}"};
         PGresult *res = NULL;
         int r;
 
@@ -472,7 +473,7 @@ int pg_claim(struct pg *pg, int limit, const char *skip_topics, struct pg_batch 
          * transaction (and the row locks) open past the sync. */
         if (!PQenterPipelineMode(pg->conn) ||
             !PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
-            !PQsendQueryParams(pg->conn, pg->sql_claim, 2, NULL, params, NULL, NULL, 1) ||
+            !PQsendQueryParams(pg->conn, pg->sql_claim, 3, NULL, params, NULL, NULL, 1) ||
             !PQpipelineSync(pg->conn)) {
                         return fail_conn(pg, -ECONNRESET, err, errsz, "claim");
         }

@@ -79,6 +79,10 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
                 r->cfg = NULL;
                 return ret;
         }
+        /* 10 s, 20 s, … 5 min for a refused topic: an operator has to act, the relay checks
+         * back. A key whose partition is out waits at least as long as a delivery may take. */
+        pause_set_init(&r->paused_topics, 10 * USEC_PER_SEC, 300 * USEC_PER_SEC);
+        pause_set_init(&r->paused_keys, cfg->relay.batch_timeout / 2, 300 * USEC_PER_SEC);
         r->state = RELAY_CONNECTING;
         return 0;
 }
@@ -89,9 +93,8 @@ void relay_done(struct relay *r) {
         kafka_close(&r->kafka, r->cfg->relay.drain_timeout);
         pg_done(&r->pg);
         breaker_done(&r->breaker);
-        for (size_t i = 0; i < r->n_paused; i++)
-                free(r->paused[i].topic);
-        free(r->paused);
+        pause_set_done(&r->paused_topics);
+        pause_set_done(&r->paused_keys);
         free_config(r->cfg);
         r->cfg = NULL;
 }
@@ -236,33 +239,12 @@ static void isolate_suspects(struct relay *r, struct batch *b, usec_t deadline) 
 
 /* Stops claiming a topic Kafka refuses, for a growing while, and says so once per pause. */
 static void pause_topic(struct relay *r, const char *topic, const char *reason) {
-        struct paused_topic *p = NULL, *grown;
-        usec_t now = now_usec(), wait;
+        usec_t wait = pause_set_add(&r->paused_topics, topic, now_usec());
         char field[300];
         const char *fields[] = {field, NULL};
 
-        for (size_t i = 0; i < r->n_paused; i++)
-                if (strcmp(r->paused[i].topic, topic) == 0)
-                        p = &r->paused[i];
-        if (p && p->until > now)
+        if (!wait)
                 return; /* already paused by an earlier row of this batch */
-        if (!p) {
-                grown = realloc(r->paused, (r->n_paused + 1) * sizeof(*r->paused));
-                if (!grown)
-                        return;
-                r->paused = grown;
-                p = &r->paused[r->n_paused];
-                *p = (struct paused_topic){.topic = strdup(topic)};
-                if (!p->topic)
-                        return;
-                r->n_paused++;
-        }
-        /* 10 s, 20 s, 40 s … up to 5 min: an operator has to act, the relay only checks back. */
-        wait = 10 * USEC_PER_SEC << (p->strikes < 5 ? p->strikes : 5);
-        if (wait > 300 * USEC_PER_SEC)
-                wait = 300 * USEC_PER_SEC;
-        p->strikes++;
-        p->until = now + wait;
         snprintf(field, sizeof(field), "OUTBOX_TOPIC=%s", topic);
         log_event(LOG_ERR, LOG_EV_KAFKA_ERROR, fields,
                   "topic '%s' refused by Kafka (%s); its rows stay pending, other topics go on; "
@@ -270,51 +252,17 @@ static void pause_topic(struct relay *r, const char *topic, const char *reason) 
                   topic, reason, (double)wait / USEC_PER_SEC);
 }
 
-/* The topics not to claim now, as a text[] literal; expired pauses are kept (their strike
- * count makes the next pause longer) until a batch delivers to the topic again. */
-static char *paused_literal(struct relay *r, usec_t now) {
-        size_t cap = 3, len = 0;
-        char *s;
-
-        for (size_t i = 0; i < r->n_paused; i++)
-                cap += 2 * strlen(r->paused[i].topic) + 4;
-        s = malloc(cap);
-        if (!s)
-                return NULL;
-        s[len++] = '{';
-        for (size_t i = 0; i < r->n_paused; i++) {
-                if (r->paused[i].until <= now)
-                        continue;
-                if (len > 1)
-                        s[len++] = ',';
-                s[len++] = '"';
-                for (const char *c = r->paused[i].topic; *c; c++) {
-                        if (*c == '"' || *c == '\\')
-                                s[len++] = '\\';
-                        s[len++] = *c;
-                }
-                s[len++] = '"';
-        }
-        s[len++] = '}';
-        s[len] = 0;
-        return s;
-}
-
-/* A topic delivered again: forget its pauses. */
+/* Topics and keys that were delivered again are forgotten, so a later pause starts short. */
 static void unpause_delivered(struct relay *r, const struct batch *b) {
-        for (size_t i = 0; i < r->n_paused;) {
-                bool delivered = false;
+        for (size_t j = 0; j < b->rows.n; j++) {
+                const struct pg_row *row = &b->rows.rows[j];
 
-                for (size_t j = 0; j < b->rows.n && !delivered; j++)
-                        delivered = b->slots[j].outcome == OUTCOME_OK && !b->slots[j].skipped &&
-                                    strcmp(b->rows.rows[j].topic, r->paused[i].topic) == 0;
-                if (!delivered) {
-                        i++;
+                if (b->slots[j].outcome != OUTCOME_OK || b->slots[j].skipped)
                         continue;
-                }
-                log_notice("topic '%s' accepted by Kafka again", r->paused[i].topic);
-                free(r->paused[i].topic);
-                r->paused[i] = r->paused[--r->n_paused];
+                if (r->paused_topics.n && pause_set_forget(&r->paused_topics, row->topic))
+                        log_notice("topic '%s' accepted by Kafka again", row->topic);
+                if (r->paused_keys.n && row->key)
+                        pause_set_forget(&r->paused_keys, row->key);
         }
 }
 
@@ -339,7 +287,9 @@ static bool delivered_to(const struct delivered_at *d, size_t n, const char *top
  * nothing. When nothing went through at all, Kafka is the problem: the breaker's business. */
 static int settle(struct relay *r, struct batch *b, size_t *n_ok, size_t *n_transient,
                   const char **first_error) {
-        size_t n = b->rows.n, ok = 0, transient = 0, n_at = 0;
+        size_t n = b->rows.n, ok = 0, transient = 0, n_at = 0, keys_paused = 0;
+        usec_t key_wait = 0;
+        const char *key_reason = NULL, *key_topic = NULL;
         _cleanup_free_ struct delivered_at *at = calloc(n + 1, sizeof(*at));
         bool any_ok;
 
@@ -387,6 +337,26 @@ static int settle(struct relay *r, struct batch *b, size_t *n_ok, size_t *n_tran
                                 pause_topic(r, row->topic, s->reason);
                                 break;
                         }
+                        if ((any_ok && s->produced && s->d.partition != RD_KAFKA_PARTITION_UA &&
+                             !delivered_to(at, n_at, row->topic, s->d.partition)) ||
+                            (!any_ok && row->key && pause_set_known(&r->paused_keys, row->key))) {
+                                /* Its partition took nothing while the topic's others did: a
+                                 * partition outage. Hold the key back so the oldest rows
+                                 * (all of that partition, soon) do not block the rest. A key
+                                 * held back before that fails again when its pause ran out
+                                 * is the same outage, even in a batch of only such keys. */
+                                usec_t w = row->key ? pause_set_add(&r->paused_keys, row->key, now_usec()) : 0;
+
+                                f->attempts_inc = 0;
+                                f->dead = false;
+                                if (w) {
+                                        keys_paused++;
+                                        key_wait = w > key_wait ? w : key_wait;
+                                        key_reason = s->reason;
+                                        key_topic = row->topic;
+                                }
+                                break;
+                        }
                         transient++;
                         f->attempts_inc =
                                 any_ok && s->produced &&
@@ -406,6 +376,10 @@ static int settle(struct relay *r, struct batch *b, size_t *n_ok, size_t *n_tran
                 if (!f->dead && !*first_error)
                         *first_error = s->reason;
         }
+        if (keys_paused)
+                log_warning("a partition of topic '%s' takes no messages (%s) while others do: "
+                            "holding back %zu keys for up to %.0fs, the rest goes on",
+                            key_topic, key_reason, keys_paused, (double)key_wait / USEC_PER_SEC);
         *n_ok = ok;
         *n_transient = transient;
         return 0;
@@ -426,12 +400,13 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
         char err[512];
         const char *first_error;
         size_t n_ok = 0, n_transient = 0, held = 0;
-        _cleanup_free_ char *skip = paused_literal(r, now);
+        _cleanup_free_ char *skip_topics = pause_set_literal(&r->paused_topics, now);
+        _cleanup_free_ char *skip_keys = pause_set_literal(&r->paused_keys, now);
         int ret;
 
-        if (!skip)
+        if (!skip_topics || !skip_keys)
                 return -ENOMEM;
-        ret = pg_claim(&r->pg, limit, skip, &b.rows, deadline, err, sizeof(err));
+        ret = pg_claim(&r->pg, limit, skip_topics, skip_keys, &b.rows, deadline, err, sizeof(err));
         if (ret < 0) {
                 log_warning("claiming rows failed: %s", err);
                 return ret == -EIO ? -EAGAIN : ret;
@@ -529,7 +504,7 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
                         r->stats.failed++;
         }
         ret = (int)b.rows.n;
-        if (r->n_paused)
+        if (r->paused_topics.n || r->paused_keys.n)
                 unpause_delivered(r, &b);
         if (n_ok == 0 && n_transient > 0) {
                 log_warning("batch of %zu rows: nothing delivered (%s)", b.rows.n, first_error);

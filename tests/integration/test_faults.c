@@ -228,11 +228,78 @@ static void refused_topic(void **state) {
         PQfinish(c);
 }
 
+/* One partition's leader down (three mock brokers, one leader each) while rows keep coming:
+ * the keys of that partition are held back, the other partitions keep flowing, nothing is
+ * dead-lettered, and everything arrives once the broker is back. */
+static void partition_outage(void **state) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("fault-partition");
+        const char *topics[] = {topic, NULL};
+        struct load l = {.topic = topic, .rows = 6000, .per_second = 300};
+        struct ts_mock m;
+        struct ts_relay relay;
+        struct ts_msgs msgs;
+        struct ts_verify v;
+        pthread_t th;
+        char cmd[256];
+        int64_t written_at_down, pending_at_up, written_at_up;
+
+        (void)state;
+        ts_pg_install_copy(c);
+        ts_mock_start_n(&m, topic, 3, 3);
+        for (int p = 0; p < 3; p++) {
+                snprintf(cmd, sizeof(cmd), "leader %s %d %d", topic, p, p + 1);
+                ts_mock_cmd(&m, cmd);
+        }
+        ts_relay_start_opts(&relay, &(struct ts_relay_opts){
+                .bootstrap = m.bootstrap,
+                .relay_group = "poll_interval = \"1s\"; batch_size = 500; batch_timeout = \"6s\";",
+                .kafka_extra = "message_timeout_ms = 2000; reconnect_backoff_max_ms = 500;",
+                .extra_groups = "retry = { base = \"100ms\"; cap = \"1s\"; };"});
+        assert_true(ts_relay_log_wait(&relay, "ready", 20000));
+        pthread_create(&th, NULL, load_main, &l);
+        while (l.written < 600)
+                usleep(50000);
+        ts_mock_cmd(&m, "broker-down 1");
+        written_at_down = l.written;
+        sleep(15);
+        written_at_up = l.written;
+        pending_at_up = ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND published_at IS NULL"
+                                     " AND dead_at IS NULL", topic);
+        ts_mock_cmd(&m, "broker-up 1");
+        fprintf(stderr, "partition_outage: %lld rows written during 15 s with one of 3 partitions down, "
+                        "%lld pending when it came back\n",
+                (long long)(written_at_up - written_at_down), (long long)pending_at_up);
+        /* About a third belongs to the dead partition; the rest must have flowed. */
+        assert_true(pending_at_up < (written_at_up - written_at_down) * 6 / 10);
+        assert_true(ts_relay_log_wait(&relay, "holding back", 1000));
+        pthread_join(th, NULL);
+        assert_string_equal(l.error, "");
+        if (!ts_wait_drained(c, topics, 90000)) {
+                ts_relay_dump_log(&relay);
+                fail_msg("not drained after the partition came back");
+        }
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NOT NULL", topic), 0);
+        ts_consume_from(m.bootstrap, topics, 6000, 60000, 1500, &msgs);
+        ts_verify(c, topics, &msgs, false, &v);
+        fprintf(stderr, "partition_outage: %zu committed, %zu consumed, duplicates %zu, missing %zu\n", v.expected,
+                v.consumed, v.duplicates, v.missing);
+        assert_int_equal(v.expected, 6000);
+        assert_int_equal(v.missing + v.mismatched + v.unexpected + v.order_violations, 0);
+        ts_msgs_free(&msgs);
+        ts_mock_stop(&m);
+        ts_pg_exec(c, "DELETE FROM outbox WHERE topic = '%s'", topic);
+        free(topic);
+        PQfinish(c);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_teardown(postgres_restarts, ts_teardown),
                 cmocka_unit_test_teardown(kafka_outage, ts_teardown),
                 cmocka_unit_test_teardown(refused_topic, ts_teardown),
+                cmocka_unit_test_teardown(partition_outage, ts_teardown),
         };
 
         ts_env("TESTBED_DIR");

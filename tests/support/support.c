@@ -424,19 +424,24 @@ static bool mock_line(struct ts_mock *m, char *buf, size_t sz, int timeout_ms) {
 }
 
 void ts_mock_start(struct ts_mock *m, const char *topic, int partitions) {
+        ts_mock_start_n(m, topic, partitions, 1);
+}
+
+void ts_mock_start_n(struct ts_mock *m, const char *topic, int partitions, int brokers) {
         int in[2], out[2];
-        char line[300], arg[200];
+        char line[300], arg[200], nbrokers[16];
         const char *bin = ts_env("MOCK_KAFKA_BIN");
 
         memset(m, 0, sizeof(*m));
         if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0)
                 fail_msg("pipe: %s", strerror(errno));
         snprintf(arg, sizeof(arg), "%s:%d", topic, partitions);
+        snprintf(nbrokers, sizeof(nbrokers), "%d", brokers);
         m->pid = fork();
         if (m->pid == 0) {
                 dup2(in[0], STDIN_FILENO);
                 dup2(out[1], STDOUT_FILENO);
-                execl(bin, bin, "--topic", arg, (char *)NULL);
+                execl(bin, bin, "--brokers", nbrokers, "--topic", arg, (char *)NULL);
                 _exit(127);
         }
         close(in[0]);

@@ -89,6 +89,8 @@ struct ts_mock {
         char bootstrap[320];
 };
 void ts_mock_start(struct ts_mock *m, const char *topic, int partitions);
+/* The same with `brokers` brokers (ids 1..brokers). */
+void ts_mock_start_n(struct ts_mock *m, const char *topic, int partitions, int brokers);
 /* Sends one command; fails the test unless the reply is OK. */
 void ts_mock_cmd(struct ts_mock *m, const char *cmd);
 void ts_mock_stop(struct ts_mock *m);
