@@ -17,6 +17,11 @@ enum finish_mode {
 
 /* One librdkafka property from the `kafka` group, already translated to librdkafka's name
  * (e.g. `linger_ms` -> "linger.ms") and value rendered as a string. */
+enum ordering_mode {
+        ORDERING_KEY,  /* one relay per table publishes at a time (leader lock): per-key order holds */
+        ORDERING_NONE, /* every relay claims: more throughput, per-key order across relays not kept */
+};
+
 struct kafka_prop {
         char *name;    /* librdkafka property name */
         char *setting; /* name as written in the file, for messages */
@@ -48,6 +53,7 @@ struct relay_config {
                 usec_t batch_timeout;      /* deadline of one claim->publish->finish cycle, default 60s */
                 usec_t drain_timeout;      /* on SIGTERM finish the batch in flight within, default 30s */
                 enum finish_mode finish;   /* default FINISH_DELETE */
+                enum ordering_mode ordering; /* default ORDERING_KEY */
                 int max_attempts;          /* dead-letter a row failing on its own after N tries, default 10 */
                 usec_t retention;          /* FINISH_MARK: delete marked rows older than this, 0 = keep, default 7d */
                 usec_t status_interval;    /* periodic summary line, default 60s */

@@ -35,6 +35,8 @@ enum log_event {
         LOG_EV_STOPPING,
         LOG_EV_STOPPED,
         LOG_EV_KAFKA_ERROR,
+        LOG_EV_LEADER,
+        LOG_EV_STANDBY,
         _LOG_EV_MAX,
 };
 

@@ -49,6 +49,7 @@ struct pg {
         char *sql_retention;
         char *sql_lag;
         char *sql_listen;
+        char *sql_leader;
         bool in_tx;
         /* Called about once a second while a call waits on the server, so the caller can keep
          * serving its watchdog during a long but bounded wait. Optional. */
@@ -89,6 +90,11 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
 
 /* Rolls back an open transaction. Drops the connection if that fails. */
 void pg_rollback(struct pg *pg, usec_t deadline);
+
+/* ordering = "key": tries to become the one relay that publishes this table, by a session
+ * advisory lock on the table's oid (released when the connection ends, so a dead leader's
+ * successor takes over). Sets *leader. */
+int pg_try_leader(struct pg *pg, bool *leader, usec_t deadline, char *err, size_t errsz);
 
 /* finish = "mark": deletes up to `limit` marked rows older than the retention. Returns the count. */
 int pg_retention(struct pg *pg, int limit, usec_t deadline, char *err, size_t errsz);

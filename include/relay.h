@@ -48,6 +48,9 @@ struct relay {
         uint64_t status_published; /* published total then */
         usec_t next_retention;
         bool ready_sent;
+        bool leader;            /* ordering = "key": this relay holds the table's leader lock */
+        bool standby_said;      /* the standby state was logged */
+        usec_t next_leader_try;
 
         /* Topics Kafka takes nothing of while it takes other topics (unknown, not
          * authorized), and keys whose partition takes nothing while the topic's other

@@ -28,6 +28,7 @@ enum key_kind {
         KEY_TABLE,    /* identifier, optionally schema-qualified */
         KEY_CHANNEL,  /* identifier */
         KEY_FINISH,   /* "delete" | "mark" */
+        KEY_ORDERING, /* "key" | "none" */
         KEY_LOGLEVEL, /* "error" | "warning" | "notice" | "info" | "debug" */
 };
 
@@ -74,6 +75,7 @@ static const struct key keys[] = {
         {"relay", "drain_timeout", KEY_DURATION, OFF(relay.drain_timeout), SEC(1), HOUR(1),
          .def = SEC(30)},
         {"relay", "finish", KEY_FINISH, OFF(relay.finish), .def = FINISH_DELETE},
+        {"relay", "ordering", KEY_ORDERING, OFF(relay.ordering), .def = ORDERING_KEY, .restart = true},
         {"relay", "max_attempts", KEY_INT, OFF(relay.max_attempts), 1, 1000, .def = 10},
         {"relay", "retention", KEY_DURATION, OFF(relay.retention), MIN(1), DAY(3650), true,
          .def = DAY(7)},
@@ -784,6 +786,9 @@ int config_defaults(struct relay_config *c) {
                 case KEY_FINISH:
                         *(enum finish_mode *)f = (enum finish_mode)k->def;
                         break;
+                case KEY_ORDERING:
+                        *(enum ordering_mode *)f = (enum ordering_mode)k->def;
+                        break;
                 case KEY_RATIO:
                         *(double *)f = k->def_real;
                         break;
@@ -987,6 +992,19 @@ static int parse_key(struct loader *l, const config_setting_t *s, const struct k
                         *(enum finish_mode *)f = FINISH_MARK;
                 else
                         return setting_error(l, s, "must be \"delete\" or \"mark\" (got %s)",
+                                             quote(v, q, sizeof(q)));
+                return 0;
+
+        case KEY_ORDERING:
+                r = need_string(l, s, &v);
+                if (r < 0)
+                        return r;
+                if (strcmp(v, "key") == 0)
+                        *(enum ordering_mode *)f = ORDERING_KEY;
+                else if (strcmp(v, "none") == 0)
+                        *(enum ordering_mode *)f = ORDERING_NONE;
+                else
+                        return setting_error(l, s, "must be \"key\" or \"none\" (got %s)",
                                              quote(v, q, sizeof(q)));
                 return 0;
 
@@ -1513,6 +1531,10 @@ int config_keep_restart_only(const struct relay_config *running, struct relay_co
                 case KEY_DURATION:
                         differs = *(const usec_t *)from != *(usec_t *)to;
                         *(usec_t *)to = *(const usec_t *)from;
+                        break;
+                case KEY_ORDERING:
+                        differs = *(const enum ordering_mode *)from != *(enum ordering_mode *)to;
+                        *(enum ordering_mode *)to = *(const enum ordering_mode *)from;
                         break;
                 default: /* no other kind is restart-only */
                         differs = false;

@@ -37,6 +37,8 @@ static const struct {
         [LOG_EV_STOPPING] = {"stopping", "9ac8e23043364ddebd5126910c3cbc0f"},
         [LOG_EV_STOPPED] = {"stopped", "b5e63d76dc0b4cd9964062cdf642702d"},
         [LOG_EV_KAFKA_ERROR] = {"kafka_error", "bff283e4b3bd45f5b6a12f31d326bbb0"},
+        [LOG_EV_LEADER] = {"leader", "5e8386100b70467293dd11ae05598cd2"},
+        [LOG_EV_STANDBY] = {"standby", "c0e632ad6fc844df95ea2311430515da"},
 };
 
 const char *log_event_name(enum log_event ev) {

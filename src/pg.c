@@ -43,6 +43,10 @@ static const char fail_fmt[] =
 static const char retention_fmt[] =
         "DELETE FROM %s WHERE id IN (SELECT id FROM %s WHERE published_at < now() - $1::interval"
         " LIMIT $2)";
+/* The lock key: a constant class id for "outbox-relay" and the table's oid. */
+static const char leader_fmt[] =
+        "SELECT pg_try_advisory_lock(hashtext('outbox-relay'),"
+        " (('%s'::regclass)::oid::int8 & 2147483647)::int4)";
 static const char lag_fmt[] =
         "SELECT coalesce(floor(extract(epoch FROM now() - min(created_at)) * 1000000), 0)::int8"
         " FROM (SELECT created_at FROM %s WHERE published_at IS NULL AND dead_at IS NULL"
@@ -110,8 +114,21 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
         pg->sql_retention = sql_printf(retention_fmt, table, table);
         pg->sql_lag = sql_printf(lag_fmt, table, NULL);
         pg->sql_listen = sql_printf("LISTEN %s", channel, NULL);
+        {
+                /* The quoted name goes inside a string literal: double its single quotes. */
+                char lit[600];
+                size_t n = 0;
+
+                for (const char *c = table; *c && n + 2 < sizeof(lit); c++) {
+                        if (*c == '\'')
+                                lit[n++] = '\'';
+                        lit[n++] = *c;
+                }
+                lit[n] = 0;
+                pg->sql_leader = sql_printf(leader_fmt, lit, NULL);
+        }
         if (!pg->sql_claim || !pg->sql_delete || !pg->sql_mark || !pg->sql_fail ||
-            !pg->sql_retention || !pg->sql_lag || !pg->sql_listen) {
+            !pg->sql_retention || !pg->sql_lag || !pg->sql_listen || !pg->sql_leader) {
                 pg_done(pg);
                 return -ENOMEM;
         }
@@ -127,6 +144,7 @@ void pg_done(struct pg *pg) {
         free(pg->sql_retention);
         free(pg->sql_lag);
         free(pg->sql_listen);
+        free(pg->sql_leader);
         memset(pg, 0, sizeof(*pg));
 }
 
@@ -718,6 +736,21 @@ int pg_retention(struct pg *pg, int limit, usec_t deadline, char *err, size_t er
         r = atoi(PQcmdTuples(res));
         PQclear(res);
         return r;
+}
+
+int pg_try_leader(struct pg *pg, bool *leader, usec_t deadline, char *err, size_t errsz) {
+        PGresult *res;
+        int r;
+
+        *leader = false;
+        if (!pg_connected(pg))
+                return -ECONNRESET;
+        r = exec_one(pg, pg->sql_leader, 0, NULL, 0, deadline, &res, err, errsz, "leader lock");
+        if (r < 0)
+                return r;
+        *leader = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        return 0;
 }
 
 int pg_lag(struct pg *pg, usec_t *lag, usec_t deadline, char *err, size_t errsz) {

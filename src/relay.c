@@ -541,6 +541,13 @@ static void relay_status(struct relay *r, usec_t now) {
             pg_lag(&r->pg, &lag, now + r->cfg->postgres.statement_timeout, err, sizeof(err)) == 0)
                 snprintf(lagbuf, sizeof(lagbuf), "lag %.2fs", (double)lag / USEC_PER_SEC);
 
+        if (pg_connected(&r->pg) && r->cfg->relay.ordering == ORDERING_KEY && !r->leader) {
+                snprintf(status, sizeof(status),
+                         "standby (another relay publishes), published %" PRIu64 ", %s, database ok",
+                         r->stats.published, lagbuf);
+                notify_status(&r->notifier, status);
+                return;
+        }
         snprintf(status, sizeof(status),
                  "published %" PRIu64 " (%.0f/s), %s, dead-lettered %" PRIu64 ", %s, %s",
                  r->stats.published, rate, lagbuf, r->stats.dead_lettered, db,
@@ -632,8 +639,42 @@ static void try_connect(struct relay *r, usec_t now) {
         else
                 log_info("connected to PostgreSQL, listening on '%s'", r->cfg->postgres.channel);
         backoff_reset(&r->db_backoff);
+        r->leader = false; /* a session lock dies with its connection */
+        r->next_leader_try = 0;
         r->state = RELAY_IDLE;
         r->wake = true; /* anything may have been written while we were away */
+}
+
+/* ordering = "key": one relay per table publishes; the others wait and take over when its
+ * connection (and with it the lock) goes away. */
+static void try_lead(struct relay *r, usec_t now) {
+        char err[512];
+        bool got;
+
+        if (pg_try_leader(&r->pg, &got, now + r->cfg->postgres.statement_timeout, err, sizeof(err)) < 0) {
+                log_warning("taking the leader lock failed: %s", err);
+                r->next_leader_try = now + r->cfg->relay.poll_interval;
+                return;
+        }
+        if (got) {
+                r->leader = true;
+                r->standby_said = false;
+                r->wake = true;
+                r->next_status = 0;
+                log_event(LOG_NOTICE, LOG_EV_LEADER, NULL,
+                          "publishing table '%s' (ordering = \"key\": one relay at a time)",
+                          r->cfg->postgres.table);
+                return;
+        }
+        if (!r->standby_said) {
+                r->standby_said = true;
+                r->next_status = 0;
+                log_event(LOG_NOTICE, LOG_EV_STANDBY, NULL,
+                          "standby: another relay publishes table '%s'; taking over when it goes away "
+                          "(ordering = \"key\")",
+                          r->cfg->postgres.table);
+        }
+        r->next_leader_try = now + r->cfg->relay.poll_interval;
 }
 
 /* Sleeps until the database socket is readable or `timeout` passes. */
@@ -714,6 +755,15 @@ int relay_run(struct relay *r) {
                         continue;
                 }
 
+                if (r->cfg->relay.ordering == ORDERING_KEY && !r->leader) {
+                        if (now >= r->next_leader_try)
+                                try_lead(r, now);
+                        if (!r->leader) {
+                                relay_status(r, now);
+                                wait_for_work(r, r->next_leader_try > now ? r->next_leader_try - now : 0);
+                                continue;
+                        }
+                }
                 if (r->state == RELAY_BACKOFF && now < r->retry_at) {
                         wait_for_work(r, r->retry_at - now);
                         continue;
