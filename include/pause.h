@@ -17,6 +17,7 @@ struct pause_set {
         size_t n;
         usec_t base; /* first pause */
         usec_t cap;  /* longest pause */
+        size_t max;  /* most names held (0 = no limit); past it, new names are not paused */
 };
 
 void pause_set_init(struct pause_set *s, usec_t base, usec_t cap);

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <signal.h>
+
 #include <libpq-fe.h>
 
 #include "config.h"
@@ -55,6 +57,8 @@ struct pg {
          * serving its watchdog during a long but bounded wait. Optional. */
         void (*tick)(void *arg);
         void *tick_arg;
+        /* When set (a second stop signal), waits on the server give up at once. Optional. */
+        const volatile sig_atomic_t *cancel;
 };
 
 /* Prepares the SQL texts for cfg's table and channel. No connection yet. */

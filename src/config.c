@@ -1175,15 +1175,21 @@ static const char *guard_check(enum guard g, const char *v, const struct relay_c
                 return v[0] == 0 ? NULL
                                  : "refused: the transactional producer is not supported (the "
                                    "database transaction is the unit of work)";
-        case GUARD_MESSAGE_TIMEOUT:
+        case GUARD_MESSAGE_TIMEOUT: {
+                /* The relay keeps min(batch_timeout / 4, 5 s) of each batch for the finish;
+                 * deliveries must be decided before that, or the relay purges them itself. */
+                long long reserve = batch_ms / 4 < 5000 ? batch_ms / 4 : 5000;
+
                 n = strtoll(v, NULL, 10);
-                if (n > 0 && n < batch_ms)
+                if (n > 0 && n < batch_ms - reserve)
                         return NULL;
                 snprintf(buf, size,
-                         "must be 1..%lld, below relay.batch_timeout (%s), so that every batch "
-                         "ends; 0 (infinite) is refused",
-                         batch_ms - 1, format_duration(c->relay.batch_timeout, bt, sizeof(bt)));
+                         "must be 1..%lld, below relay.batch_timeout (%s) less the %lld ms kept for "
+                         "the finish, so that every batch ends; 0 (infinite) is refused",
+                         batch_ms - reserve - 1, format_duration(c->relay.batch_timeout, bt, sizeof(bt)),
+                         reserve);
                 return buf;
+        }
         case GUARD_MAX_IN_FLIGHT:
                 n = strtoll(v, NULL, 10);
                 return n >= 1 && n <= 5 ? NULL

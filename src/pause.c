@@ -30,6 +30,17 @@ usec_t pause_set_add(struct pause_set *s, const char *name, usec_t now) {
 
         if (e && e->until > now)
                 return 0;
+        if (!e && s->max && s->n >= s->max) {
+                /* Full: drop entries whose pause is over before refusing the new name. */
+                for (size_t i = 0; i < s->n;)
+                        if (s->v[i].until <= now) {
+                                free(s->v[i].name);
+                                s->v[i] = s->v[--s->n];
+                        } else
+                                i++;
+                if (s->n >= s->max)
+                        return 0;
+        }
         if (!e) {
                 struct pause_entry *grown = realloc(s->v, (s->n + 1) * sizeof(*s->v));
                 char *copy = strdup(name);

@@ -191,6 +191,8 @@ static int wait_socket(struct pg *pg, short events, usec_t deadline) {
                         return -ETIMEDOUT;
                 if (pg->tick)
                         pg->tick(pg->tick_arg);
+                if (pg->cancel && *pg->cancel)
+                        return -ECANCELED; /* a second stop signal: give up at once */
                 r = poll(&p, 1, deadline - now > USEC_PER_SEC ? 1000 : (int)((deadline - now + 999) / 1000));
                 if (r > 0)
                         return 0;
@@ -238,6 +240,8 @@ static PGresult *next_result(struct pg *pg, usec_t deadline, int *rp) {
 static int fail_conn(struct pg *pg, int r, char *err, size_t errsz, const char *what) {
         if (r == -ETIMEDOUT)
                 set_err(err, errsz, what, "deadline passed, dropping the connection");
+        else if (r == -ECANCELED)
+                set_err(err, errsz, what, "cancelled by a second stop signal");
         else
                 conn_err(pg, err, errsz, what);
         /* After a timeout or a broken stream the protocol state is unknown: start afresh. The
@@ -300,7 +304,7 @@ static void notice_sink(void *arg, const char *message) {
 int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         const struct relay_config *cfg = pg->cfg;
         char idle[32], ktimeout[32], stmt[32], itx[32];
-        char set_sql[256];
+        char set_sql[640];
         /* Our settings first, the user's conninfo last: what the user wrote wins. */
         const char *keys[] = {"keepalives", "keepalives_idle", "keepalives_interval",
                               "keepalives_count", "tcp_user_timeout", "fallback_application_name",
@@ -357,10 +361,17 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
                  (unsigned long long)(cfg->postgres.statement_timeout / USEC_PER_MSEC));
         snprintf(itx, sizeof(itx), "%llu",
                  (unsigned long long)((cfg->relay.batch_timeout * 2) / USEC_PER_MSEC));
+        /* The server side of the connection gets keepalives and a user timeout too: a relay
+         * cut off by the network must not keep its backend, and with it the leader lock and
+         * row locks, for the kernel's two hours. */
         snprintf(set_sql, sizeof(set_sql),
                  "SELECT set_config('statement_timeout', '%s', false),"
-                 " set_config('idle_in_transaction_session_timeout', '%s', false)",
-                 stmt, itx);
+                 " set_config('idle_in_transaction_session_timeout', '%s', false),"
+                 " set_config('tcp_keepalives_idle', '%s', false),"
+                 " set_config('tcp_keepalives_interval', '5', false),"
+                 " set_config('tcp_keepalives_count', '3', false),"
+                 " set_config('tcp_user_timeout', '%s', false)",
+                 stmt, itx, idle, ktimeout);
         r = exec_simple(pg, set_sql, deadline, err, errsz, "setting session timeouts");
         if (r < 0) {
                 pg_disconnect(pg);

@@ -66,6 +66,7 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
         }
         r->pg.tick = watchdog_tick;
         r->pg.tick_arg = r;
+        r->pg.cancel = &sig->hard_stop;
         notify_init(&r->notifier);
         rng_seed(&r->rng, (uint64_t)getpid() ^ wall_usec());
         backoff_init(&r->db_backoff, cfg->retry.base, cfg->retry.cap);
@@ -83,6 +84,8 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
          * back. A key whose partition is out waits at least as long as a delivery may take. */
         pause_set_init(&r->paused_topics, 10 * USEC_PER_SEC, 300 * USEC_PER_SEC);
         pause_set_init(&r->paused_keys, cfg->relay.batch_timeout / 2, 300 * USEC_PER_SEC);
+        /* The claim compares every scanned row with the paused keys: keep the list bounded. */
+        r->paused_keys.max = 10000;
         r->state = RELAY_CONNECTING;
         return 0;
 }
@@ -139,7 +142,8 @@ static void relay_reload(struct relay *r) {
                 log_warning("reload: %s changed; that takes effect only after a restart", changed);
         log_event(LOG_NOTICE, LOG_EV_RELOAD, fields, "configuration reloaded from '%s'", r->cfg->file);
 out:
-        notify_ready(&r->notifier);
+        if (r->ready_sent) /* before the first connection, READY=1 is still to come */
+                notify_ready(&r->notifier);
 }
 
 /* Announces the stop once: STOPPING=1, and the drain's own deadline for systemd. */
@@ -205,6 +209,20 @@ static enum outcome produce_row(struct relay *r, struct batch *b, size_t i, usec
         return OUTCOME_OK;
 }
 
+/* Is there an earlier row of row i's key in the batch that is neither delivered nor dead? */
+static bool earlier_pending(const struct batch *b, size_t i) {
+        const struct pg_row *row = &b->rows.rows[i];
+
+        for (size_t j = 0; row->key && j < i; j++) {
+                const struct slot *e = &b->slots[j];
+
+                if (key_equal(row, &b->rows.rows[j]) &&
+                    (e->skipped || (e->outcome != OUTCOME_OK && e->outcome != OUTCOME_PERMANENT)))
+                        return true;
+        }
+        return false;
+}
+
 /* A broker-side rejection (e.g. MSG_SIZE_TOO_LARGE from the topic's own limit) fails every
  * message of the produce request, innocent neighbours included. Send each suspect alone: only
  * a row that fails on its own is dead-lettered. */
@@ -223,6 +241,12 @@ static void isolate_suspects(struct relay *r, struct batch *b, usec_t deadline) 
 
                 if (!s->produced || s->outcome != OUTCOME_PERMANENT)
                         continue;
+                if (earlier_pending(b, i)) {
+                        /* Sending it now would overtake an earlier row of its key that is
+                         * still to be delivered: leave it for a later batch, untouched. */
+                        s->skipped = true;
+                        continue;
+                }
                 o = produce_row(r, b, i, deadline);
                 if (o != OUTCOME_OK) {
                         s->produced = false;
@@ -358,8 +382,11 @@ static int settle(struct relay *r, struct batch *b, size_t *n_ok, size_t *n_tran
                                 break;
                         }
                         transient++;
+                        /* The relay's own purges (deadline, drain) are never the row's fault. */
                         f->attempts_inc =
-                                any_ok && s->produced &&
+                                any_ok && s->produced && s->d.reported &&
+                                s->d.err != RD_KAFKA_RESP_ERR__PURGE_QUEUE &&
+                                s->d.err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT &&
                                 delivered_to(at, n_at, row->topic, s->d.partition) ? 1 : 0;
                         f->dead = f->attempts_inc && row->attempts + 1 >= r->cfg->relay.max_attempts;
                         if (f->dead)
@@ -375,6 +402,29 @@ static int settle(struct relay *r, struct batch *b, size_t *n_ok, size_t *n_tran
                 }
                 if (!f->dead && !*first_error)
                         *first_error = s->reason;
+        }
+        {
+                /* A failed row whose later same-key row was acknowledged: Kafka now has them out
+                 * of order. Nothing can undo it; say so. */
+                size_t overtaken = 0;
+
+                for (size_t i = 0; ok && i < n; i++) {
+                        const struct slot *s = &b->slots[i];
+
+                        if (s->skipped || s->outcome == OUTCOME_OK || s->outcome == OUTCOME_PERMANENT ||
+                            !b->rows.rows[i].key)
+                                continue;
+                        for (size_t j = i + 1; j < n; j++)
+                                if (b->slots[j].outcome == OUTCOME_OK && !b->slots[j].skipped &&
+                                    key_equal(&b->rows.rows[i], &b->rows.rows[j])) {
+                                        overtaken++;
+                                        break;
+                                }
+                }
+                if (overtaken)
+                        log_warning("per-key order not kept for %zu rows: a later row of their key was "
+                                    "acknowledged although they failed; they follow in a later batch",
+                                    overtaken);
         }
         if (keys_paused)
                 log_warning("a partition of topic '%s' takes no messages (%s) while others do: "
@@ -409,7 +459,7 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
         ret = pg_claim(&r->pg, limit, skip_topics, skip_keys, &b.rows, deadline, err, sizeof(err));
         if (ret < 0) {
                 log_warning("claiming rows failed: %s", err);
-                return ret == -EIO ? -EAGAIN : ret;
+                return ret; /* -EIO: a statement failed; the database's trouble, not Kafka's */
         }
         if (b.rows.n == 0)
                 return 0;
@@ -418,11 +468,18 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
                 ret = -ENOMEM;
                 goto rollback;
         }
+        /* Every row starts as "left alone": only a row that was really handled below can be
+         * finished, whatever path the loop leaves by. */
+        for (size_t i = 0; i < b.rows.n; i++) {
+                b.slots[i].skipped = true;
+                b.slots[i].outcome = OUTCOME_TRANSIENT;
+        }
 
         for (size_t i = 0; i < b.rows.n && !r->sig->hard_stop; i++) {
                 const struct pg_row *row = &b.rows.rows[i];
                 struct slot *s = &b.slots[i];
 
+                s->skipped = false;
                 if (row->map_error) {
                         s->outcome = OUTCOME_PERMANENT;
                         snprintf(s->reason, sizeof(s->reason), "%s", row->map_error);
@@ -439,12 +496,23 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
                 if (s->skipped)
                         continue;
                 s->outcome = produce_row(r, &b, i, batch_deadline(r, publish_deadline));
-                if (s->outcome == OUTCOME_FATAL)
+                if (s->outcome == OUTCOME_FATAL) {
+                        r->kafka.fatal = true; /* the error callback may not have run yet */
                         break;
+                }
                 held += s->outcome != OUTCOME_OK && s->outcome != OUTCOME_PERMANENT;
         }
         kafka_poll(&r->kafka, 0);
         await_deliveries(r, publish_deadline);
+        if (r->kafka.pending > 0) {
+                /* Reports still due after the purge would write into this batch's slots: keep
+                 * them alive (never freed), roll back and exit for a restart. */
+                log_error("%zu delivery reports missing after purging; exiting for a restart",
+                          r->kafka.pending);
+                b.slots = NULL;
+                ret = -ENOTRECOVERABLE;
+                goto rollback;
+        }
         if (r->sig->hard_stop) {
                 ret = -ECANCELED;
                 goto rollback;
@@ -458,6 +526,11 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
 
                 if (!s->produced)
                         continue;
+                if (!s->d.reported) {
+                        s->outcome = OUTCOME_TRANSIENT;
+                        snprintf(s->reason, sizeof(s->reason), "no delivery report");
+                        continue;
+                }
                 s->outcome = message_classify(s->d.err);
                 if (s->outcome == OUTCOME_FATAL) {
                         ret = -ENOTRECOVERABLE;
@@ -476,14 +549,20 @@ static int relay_batch(struct relay *r, usec_t now, int limit) {
         ret = settle(r, &b, &n_ok, &n_transient, &first_error);
         if (ret < 0)
                 goto rollback;
+        /* While stopping, the finish gets the drain timeout plus the grace announced to
+         * systemd (EXTEND_TIMEOUT_USEC), not the whole batch deadline. */
+        if (r->stop_at && r->stop_at + r->cfg->relay.drain_timeout + 5 * USEC_PER_SEC < deadline)
+                deadline = r->stop_at + r->cfg->relay.drain_timeout + 5 * USEC_PER_SEC;
         ret = pg_finish(&r->pg, b.done, b.n_done, b.fails, b.n_fails, deadline, err, sizeof(err));
         if (ret < 0) {
                 /* Nothing was marked: every row stays pending and is published again (the
                  * duplicates the design allows after a lost connection). */
                 log_warning("finishing a batch of %zu rows failed, they stay pending: %s",
                             b.rows.n, err);
+                if (r->pg.in_tx)
+                        pg_rollback(&r->pg, now_usec() + 5 * USEC_PER_SEC);
                 batch_free(&b);
-                return ret == -EIO ? -EAGAIN : ret;
+                return ret;
         }
 
         r->stats.batches++;
@@ -645,6 +724,28 @@ static void try_connect(struct relay *r, usec_t now) {
         r->wake = true; /* anything may have been written while we were away */
 }
 
+/* finish = "mark": deletes marked rows past the retention in small batches, between claims
+ * (also while busy), for at most a second at a time; comes back sooner while it has a backlog. */
+static void run_retention(struct relay *r, usec_t now) {
+        usec_t until = now + USEC_PER_SEC;
+        char err[512];
+        int n = 0;
+        long total = 0;
+
+        do {
+                n = pg_retention(&r->pg, RETENTION_BATCH, now_usec() + r->cfg->postgres.statement_timeout,
+                                 err, sizeof(err));
+                if (n < 0) {
+                        log_warning("retention failed: %s", err);
+                        break;
+                }
+                total += n;
+        } while (n == RETENTION_BATCH && now_usec() < until && !r->sig->stop);
+        if (total > 0)
+                log_debug("retention: deleted %ld published rows", total);
+        r->next_retention = now_usec() + (n == RETENTION_BATCH ? 100 * USEC_PER_MSEC : RETENTION_EVERY);
+}
+
 /* ordering = "key": one relay per table publishes; the others wait and take over when its
  * connection (and with it the lock) goes away. */
 static void try_lead(struct relay *r, usec_t now) {
@@ -684,6 +785,12 @@ static void wait_for_work(struct relay *r, usec_t timeout) {
 
         if (timeout > LOOP_SLICE)
                 timeout = LOOP_SLICE;
+        /* A notification may already sit in libpq's buffer (read while another query ran):
+         * poll() on the socket would not see it. */
+        if (p.fd >= 0 && pg_consume_notifies(&r->pg) > 0) {
+                r->wake = true;
+                return;
+        }
         if (timeout == 0)
                 return;
         if (p.fd < 0) {
@@ -772,6 +879,11 @@ int relay_run(struct relay *r) {
                         wait_for_work(r, r->breaker.open_until > now ? r->breaker.open_until - now : 0);
                         continue;
                 }
+                if (r->cfg->relay.finish == FINISH_MARK && r->cfg->relay.retention &&
+                    now >= r->next_retention) {
+                        run_retention(r, now);
+                        continue;
+                }
                 if (r->wake || now >= r->next_poll) {
                         bool probe = r->breaker.state == BREAKER_HALF_OPEN;
 
@@ -792,13 +904,23 @@ int relay_run(struct relay *r) {
                                 schedule_retry(r, &r->batch_backoff, now, "Kafka delivery failing");
                                 r->wake = true;
                         } else if (ret < 0) {
-                                continue; /* database trouble: the connection check reconnects */
+                                /* Database trouble: a lost connection is re-made by the check
+                                 * above; a failing statement (or anything else) backs off
+                                 * rather than spin. */
+                                if (pg_connected(&r->pg)) {
+                                        r->state = RELAY_BACKOFF;
+                                        schedule_retry(r, &r->db_backoff, now, "the batch failed in the database");
+                                        r->wake = true;
+                                }
+                                continue;
                         } else {
                                 if (r->state == RELAY_BACKOFF)
                                         log_notice("deliveries succeed again");
                                 r->state = RELAY_IDLE;
                                 backoff_reset(&r->batch_backoff);
-                                if (ret >= r->cfg->relay.batch_size)
+                                backoff_reset(&r->db_backoff);
+                                /* A full batch, or a successful probe with more waiting. */
+                                if (ret >= r->cfg->relay.batch_size || (probe && ret > 0))
                                         r->wake = true;
                                 else
                                         r->next_poll = now + r->cfg->relay.poll_interval;
@@ -809,13 +931,6 @@ int relay_run(struct relay *r) {
                                 r->wake = true;
                         continue;
                 }
-                if (r->cfg->relay.finish == FINISH_MARK && r->cfg->relay.retention &&
-                    now >= r->next_retention) {
-                        if (pg_retention(&r->pg, RETENTION_BATCH, now + r->cfg->postgres.statement_timeout,
-                                         err, sizeof(err)) < 0)
-                                log_warning("retention failed: %s", err);
-                        r->next_retention = now + RETENTION_EVERY;
-                }
                 relay_status(r, now);
                 wait = r->next_poll > now ? r->next_poll - now : 0;
                 if (notify_watchdog_due(&r->notifier, now) < wait)
@@ -823,6 +938,8 @@ int relay_run(struct relay *r) {
                 wait_for_work(r, wait);
         }
         relay_stopping(r);
+        if (r->sig->hard_stop)
+                return -ECANCELED;
         log_info("drained: published %" PRIu64 ", dead-lettered %" PRIu64, r->stats.published,
                  r->stats.dead_lettered);
         return 0;

@@ -710,7 +710,7 @@ static void test_kafka_pass_through(void **state) {
                 "  retry_backoff_ms = 250;\n"
                 "  client_id = \"relay-7\";\n"
                 "  acks = \"all\";\n"
-                "  message_timeout_ms = 59999;\n"
+                "  message_timeout_ms = 54999;\n"
                 "};\n",
                 &c);
         assert_int_equal(c.kafka.n_props, 9);
@@ -736,7 +736,7 @@ static void test_kafka_pass_through(void **state) {
         assert_kafka_get(conf, "batch.num.messages", "5000");
         assert_kafka_get(conf, "retry.backoff.ms", "250");
         assert_kafka_get(conf, "client.id", "relay-7");
-        assert_kafka_get(conf, "message.timeout.ms", "59999");
+        assert_kafka_get(conf, "message.timeout.ms", "54999");
         /* the relay's defaults that were not overridden */
         assert_kafka_get(conf, "enable.idempotence", "true");
         assert_kafka_get(conf, "acks", "-1");
@@ -838,11 +838,12 @@ static void test_kafka_guarantees(void **state) {
                 {"queuing_strategy = \"lifo\"", "kafka.queuing_strategy: refused: queuing.strategy must be fifo"},
                 {"delivery_report_only_error = true", "kafka.delivery_report_only_error: refused: the relay needs a delivery report"},
                 {"transactional_id = \"relay-1\"", "kafka.transactional_id: refused: the transactional producer is not supported"},
-                {"message_timeout_ms = 0", "kafka.message_timeout_ms: must be 1..59999, below relay.batch_timeout (1m)"},
-                {"message_timeout_ms = 60000", "kafka.message_timeout_ms: must be 1..59999"},
+                {"message_timeout_ms = 0", "kafka.message_timeout_ms: must be 1..54999, below relay.batch_timeout (1m)"},
+                {"message_timeout_ms = 60000", "kafka.message_timeout_ms: must be 1..54999"},
+                {"message_timeout_ms = 55000", "less the 5000 ms kept for the finish"},
                 {"message_timeout_ms = 90000", "(got \"90000\")"},
-                {"delivery_timeout_ms = 0", "kafka.delivery_timeout_ms: must be 1..59999"},
-                {"message_timeout_ms = 59999", NULL},
+                {"delivery_timeout_ms = 0", "kafka.delivery_timeout_ms: must be 1..54999"},
+                {"message_timeout_ms = 54999", NULL},
                 {"message_timeout_ms = 1", NULL},
                 {"max_in_flight = 6", "kafka.max_in_flight: refused: must be 1..5 with the idempotent producer"},
                 {"max_in_flight_requests_per_connection = 100", "kafka.max_in_flight_requests_per_connection: refused"},
@@ -870,7 +871,7 @@ static void test_kafka_guarantees(void **state) {
         /* message.timeout.ms follows relay.batch_timeout */
         expect_error("relay = { batch_timeout = \"10s\"; };\nkafka = {\n  bootstrap_servers = \"k:1\";\n"
                      "  message_timeout_ms = 10000;\n};\n",
-                     4, "kafka.message_timeout_ms: must be 1..9999, below relay.batch_timeout (10s)");
+                     4, "kafka.message_timeout_ms: must be 1..7499, below relay.batch_timeout (10s) less the 2500 ms");
 }
 
 static void test_kafka_bootstrap_required(void **state) {
