@@ -875,13 +875,15 @@ int relay_run(struct relay *r) {
                         wait_for_work(r, r->retry_at - now);
                         continue;
                 }
-                if ((r->wake || now >= r->next_poll) && !breaker_gate(r, now)) {
-                        wait_for_work(r, r->breaker.open_until > now ? r->breaker.open_until - now : 0);
-                        continue;
-                }
                 if (r->cfg->relay.finish == FINISH_MARK && r->cfg->relay.retention &&
                     now >= r->next_retention) {
                         run_retention(r, now);
+                        continue;
+                }
+                /* Nothing may come between the gate and the batch: in half-open state the gate
+                 * hands out the one probe, and only the batch's outcome gives it back. */
+                if ((r->wake || now >= r->next_poll) && !breaker_gate(r, now)) {
+                        wait_for_work(r, r->breaker.open_until > now ? r->breaker.open_until - now : 0);
                         continue;
                 }
                 if (r->wake || now >= r->next_poll) {

@@ -294,12 +294,43 @@ static void partition_outage(void **state) {
         PQfinish(c);
 }
 
+/* A statement that fails in the database (the table locked past statement_timeout) is the
+ * database's trouble: the relay backs off and retries, the Kafka breaker stays closed, and the
+ * row goes out once the lock is gone. */
+static void database_errors_not_kafka(void **state) {
+        PGconn *c = ts_pg_connect(), *locker = ts_pg_connect();
+        char *topic = ts_topic("fault-dberr");
+        const char *topics[] = {topic, NULL};
+        struct ts_relay relay;
+
+        (void)state;
+        ts_relay_start_opts(&relay, &(struct ts_relay_opts){
+                .relay_group = "poll_interval = \"200ms\";",
+                .postgres_extra = "statement_timeout = \"300ms\";",
+                .extra_groups = "breaker = { failure_threshold = 2; cooldown = \"30s\"; };\n"
+                                "retry = { base = \"100ms\"; cap = \"500ms\"; };\n"});
+        assert_true(ts_relay_log_wait(&relay, "ready", 20000));
+        ts_pg_exec(locker, "BEGIN; LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE");
+        assert_true(ts_relay_log_wait(&relay, "canceling statement due to statement timeout", 10000));
+        sleep(3);
+        ts_pg_exec(locker, "ROLLBACK");
+        ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'k', 'after the lock'::text)", topic);
+        assert_true(ts_wait_drained(c, topics, 20000));
+        assert_true(ts_relay_log_wait(&relay, "the batch failed in the database", 10));
+        assert_false(ts_relay_log_wait(&relay, "circuit breaker opened", 10));
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+        free(topic);
+        PQfinish(locker);
+        PQfinish(c);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_teardown(postgres_restarts, ts_teardown),
                 cmocka_unit_test_teardown(kafka_outage, ts_teardown),
                 cmocka_unit_test_teardown(refused_topic, ts_teardown),
                 cmocka_unit_test_teardown(partition_outage, ts_teardown),
+                cmocka_unit_test_teardown(database_errors_not_kafka, ts_teardown),
         };
 
         ts_env("TESTBED_DIR");

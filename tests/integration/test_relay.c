@@ -326,6 +326,32 @@ static void bad_headers_dead_letter(void **state) {
         PQfinish(c);
 }
 
+/* finish = "mark" with a retention: marked rows older than it are deleted in small batches,
+ * more than one batch's worth at a time; younger ones stay. */
+static void mark_retention(void **state) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("relay-retention");
+        const char *topics[] = {topic, NULL};
+        struct ts_relay relay;
+
+        (void)state;
+        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 10), 'x'"
+                      " FROM generate_series(1, 3000) g", topic);
+        ts_relay_start(&relay, "finish = \"mark\"; retention = \"1m\"; poll_interval = \"500ms\";", NULL);
+        assert_true(ts_wait_drained(c, topics, 30000));
+        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND published_at IS NOT NULL", topic), 3000);
+        /* Age 2500 of them past the retention. */
+        ts_pg_exec(c, "UPDATE outbox SET published_at = now() - interval '2 minutes'"
+                      " WHERE id IN (SELECT id FROM outbox WHERE topic = '%s' ORDER BY id LIMIT 2500)", topic);
+        for (int i = 0; i < 300 && ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic) > 500; i++)
+                usleep(100000);
+        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic), 500);
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+        ts_pg_exec(c, "DELETE FROM outbox WHERE topic = '%s'", topic);
+        free(topic);
+        PQfinish(c);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_teardown(edge_payloads, ts_teardown),
@@ -334,6 +360,7 @@ int main(void) {
                 cmocka_unit_test_teardown(oversize_dead_letter, ts_teardown),
                 cmocka_unit_test_teardown(load_delete, ts_teardown),
                 cmocka_unit_test_teardown(load_mark, ts_teardown),
+                cmocka_unit_test_teardown(mark_retention, ts_teardown),
         };
 
         ts_env("PGPORT");

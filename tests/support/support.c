@@ -193,12 +193,13 @@ void ts_relay_start_opts(struct ts_relay *r, const struct ts_relay_opts *o) {
         if (!f)
                 fail_msg("cannot write %s", r->conf);
         fprintf(f,
-                "postgres = { conninfo = \"%s\"; };\n"
+                "postgres = { conninfo = \"%s\"; %s };\n"
                 "kafka = { bootstrap_servers = \"%s\"; %s };\n"
                 "relay = { %s };\n"
                 "log = { level = \"%s\"; };\n"
                 "%s\n",
-                o->conninfo ? o->conninfo : ts_conninfo(), o->bootstrap ? o->bootstrap : ts_env("KAFKA_BOOTSTRAP"),
+                o->conninfo ? o->conninfo : ts_conninfo(), o->postgres_extra ? o->postgres_extra : "",
+                o->bootstrap ? o->bootstrap : ts_env("KAFKA_BOOTSTRAP"),
                 o->kafka_extra ? o->kafka_extra : "", o->relay_group ? o->relay_group : "",
                 o->log_level ? o->log_level : "info", o->extra_groups ? o->extra_groups : "");
         fclose(f);

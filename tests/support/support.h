@@ -55,6 +55,7 @@ struct ts_relay_opts {
         const char *notify_socket; /* NOTIFY_SOCKET for the child */
         const char *watchdog_usec; /* WATCHDOG_USEC for the child (WATCHDOG_PID is set to it) */
         const char *conninfo;      /* instead of the test bed's */
+        const char *postgres_extra; /* added to the postgres group */
 };
 void ts_relay_start_opts(struct ts_relay *r, const struct ts_relay_opts *o);
 /* Sends sig and waits up to timeout_ms; returns the exit status (or 128+signal). */
