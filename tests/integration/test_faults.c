@@ -1,5 +1,4 @@
 /* test_faults.c -- Faults injected into the real servers: every committed row still arrives. */
-#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -15,45 +14,6 @@
 #include "support.h"
 
 #define ROWS 20000
-
-struct load {
-        const char *topic;
-        int rows;
-        int per_second;
-        volatile int written;
-        char error[256];
-};
-
-/* Writes rows at a steady pace in transactions of 50, keys key-0..key-199. */
-static void *load_main(void *arg) {
-        struct load *l = arg;
-        PGconn *c = ts_pg_connect();
-        int64_t start = ts_now_ms();
-
-        while (l->written < l->rows) {
-                char sql[512];
-                PGresult *res;
-                int64_t due = start + (int64_t)l->written * 1000 / l->per_second;
-
-                if (ts_now_ms() < due)
-                        usleep((useconds_t)(due - ts_now_ms()) * 1000);
-                snprintf(sql, sizeof(sql),
-                         "INSERT INTO outbox (topic, key, payload, headers)"
-                         " SELECT '%s', 'key-' || ((%d + g) %% 200), convert_to('event ' || (%d + g), 'UTF8'),"
-                         " jsonb_build_object('n', (%d + g)::text) FROM generate_series(0, 49) g",
-                         l->topic, l->written, l->written, l->written);
-                res = PQexec(c, sql);
-                if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-                        snprintf(l->error, sizeof(l->error), "%s", PQresultErrorMessage(res));
-                        PQclear(res);
-                        break;
-                }
-                PQclear(res);
-                l->written += 50;
-        }
-        PQfinish(c);
-        return NULL;
-}
 
 static void verify_all(PGconn *c, const char *topic, size_t rows, const char *scenario) {
         const char *topics[] = {topic, NULL};
@@ -78,9 +38,8 @@ static void kafka_outage(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("fault-kafka");
         const char *topics[] = {topic, NULL};
-        struct load l = {.topic = topic, .rows = ROWS, .per_second = 500};
+        struct ts_load *l;
         struct ts_relay relay;
-        pthread_t th;
 
         (void)state;
         ts_pg_install_copy(c);
@@ -91,11 +50,10 @@ static void kafka_outage(void **state) {
                        "retry = { base = \"100ms\"; cap = \"1s\"; };\n");
         /* Deliveries fail after 3 s instead of the default 5 s so the test sees several. */
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
-        pthread_create(&th, NULL, load_main, &l);
-        while (l.written < 2000)
-                usleep(50000);
+        l = ts_load_start(topic, ROWS, 500, 200);
+        ts_load_wait(l, 2000);
         ts_testbed("kafka-stop");
-        fprintf(stderr, "kafka_outage: broker stopped after %d rows\n", l.written);
+        fprintf(stderr, "kafka_outage: broker stopped after %d rows\n", ts_load_written(l));
         if (!ts_relay_log_wait(&relay, "circuit breaker opened", 40000)) {
                 ts_relay_dump_log(&relay);
                 fail_msg("the breaker did not open");
@@ -115,9 +73,8 @@ static void kafka_outage(void **state) {
         assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NOT NULL", topic), 0);
         assert_int_equal(ts_pg_int(c, "SELECT coalesce(max(attempts), 0) FROM outbox WHERE topic = '%s'", topic) <= 1, 1);
         ts_testbed("kafka-start");
-        fprintf(stderr, "kafka_outage: broker restarted after %d rows\n", l.written);
-        pthread_join(th, NULL);
-        assert_string_equal(l.error, "");
+        fprintf(stderr, "kafka_outage: broker restarted after %d rows\n", ts_load_written(l));
+        assert_int_equal(ts_load_finish(l), ROWS);
         if (!ts_wait_drained(c, topics, 180000)) {
                 ts_relay_dump_log(&relay);
                 fail_msg("not drained after the broker came back");
@@ -235,12 +192,11 @@ static void partition_outage(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("fault-partition");
         const char *topics[] = {topic, NULL};
-        struct load l = {.topic = topic, .rows = 6000, .per_second = 300};
+        struct ts_load *l;
         struct ts_mock m;
         struct ts_relay relay;
         struct ts_msgs msgs;
         struct ts_verify v;
-        pthread_t th;
         char cmd[256];
         int64_t written_at_down, pending_at_up, written_at_up;
 
@@ -257,13 +213,12 @@ static void partition_outage(void **state) {
                 .kafka_extra = "message_timeout_ms = 2000; reconnect_backoff_max_ms = 500;",
                 .extra_groups = "retry = { base = \"100ms\"; cap = \"1s\"; };"});
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
-        pthread_create(&th, NULL, load_main, &l);
-        while (l.written < 600)
-                usleep(50000);
+        l = ts_load_start(topic, 6000, 300, 200);
+        ts_load_wait(l, 600);
         ts_mock_cmd(&m, "broker-down 1");
-        written_at_down = l.written;
+        written_at_down = ts_load_written(l);
         sleep(15);
-        written_at_up = l.written;
+        written_at_up = ts_load_written(l);
         pending_at_up = ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND published_at IS NULL"
                                      " AND dead_at IS NULL", topic);
         ts_mock_cmd(&m, "broker-up 1");
@@ -273,8 +228,7 @@ static void partition_outage(void **state) {
         /* About a third belongs to the dead partition; the rest must have flowed. */
         assert_true(pending_at_up < (written_at_up - written_at_down) * 6 / 10);
         assert_true(ts_relay_log_wait(&relay, "holding back", 1000));
-        pthread_join(th, NULL);
-        assert_string_equal(l.error, "");
+        assert_int_equal(ts_load_finish(l), 6000);
         if (!ts_wait_drained(c, topics, 90000)) {
                 ts_relay_dump_log(&relay);
                 fail_msg("not drained after the partition came back");

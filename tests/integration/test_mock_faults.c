@@ -1,5 +1,4 @@
 /* test_mock_faults.c -- Broker faults via mock-kafka and one oversized row on the real broker: all other rows arrive. */
-#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -45,86 +44,22 @@ static void mock_cmd(const char *fmt, ...) {
 
 /* ---- a steady writer ---- */
 
-struct load {
-        const char *topic;
-        int rows;
-        int per_second;
-        volatile int written;
-        volatile int stop;
-        char error[256];
-};
-
-/* Static for the same reason as the mock: the teardown stops a writer a failed test left. */
-static struct load load;
-static pthread_t load_thread;
-static bool load_running;
-
-/* Writes rows at a steady pace in transactions of 50 (one writer, so commit order is id order),
- * keys key-0..key-99, a header per row. */
-static void *load_main(void *arg) {
-        struct load *l = arg;
-        PGconn *c = ts_pg_connect();
-        int64_t start = ts_now_ms();
-
-        while (l->written < l->rows && !l->stop) {
-                char sql[600];
-                PGresult *res;
-                int64_t due = start + (int64_t)l->written * 1000 / l->per_second;
-
-                if (ts_now_ms() < due)
-                        usleep((useconds_t)(due - ts_now_ms()) * 1000);
-                snprintf(sql, sizeof(sql),
-                         "INSERT INTO outbox (topic, key, payload, headers)"
-                         " SELECT '%s', 'key-' || ((%d + g) %% 100), convert_to('mock event ' || (%d + g), 'UTF8'),"
-                         " jsonb_build_object('n', (%d + g)::text) FROM generate_series(0, 49) g",
-                         l->topic, l->written, l->written, l->written);
-                res = PQexec(c, sql);
-                if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-                        snprintf(l->error, sizeof(l->error), "%s", PQresultErrorMessage(res));
-                        PQclear(res);
-                        break;
-                }
-                PQclear(res);
-                l->written += 50;
-        }
-        PQfinish(c);
-        return NULL;
-}
-
-static void load_start(const char *topic, int rows, int per_second) {
-        memset(&load, 0, sizeof(load));
-        load.topic = topic;
-        load.rows = rows;
-        load.per_second = per_second;
-        if (pthread_create(&load_thread, NULL, load_main, &load) != 0)
-                fail_msg("pthread_create failed");
-        load_running = true;
-}
-
-static void load_join(void) {
-        if (!load_running)
-                return;
-        pthread_join(load_thread, NULL);
-        load_running = false;
-}
+/* Static, so the scenarios' inject functions can wait on it. */
+static struct ts_load *load;
 
 static void load_wait(int rows) {
-        while (load.written < rows && !load.error[0] && load_running)
-                usleep(20000);
+        ts_load_wait(load, rows);
 }
 
 /* ---- teardown ---- */
 
-/* ts_teardown() and also: the mock stopped (SIGTERM, reaped, pipes closed) and a writer that a
- * failed test left behind stopped and joined. */
+/* ts_teardown() (which also stops a writer a failed test left) and the mock stopped cleanly
+ * (SIGTERM, reaped, pipes closed). */
 static int teardown(void **state) {
         if (mock.pid > 0)
                 ts_mock_stop(&mock);
         ts_teardown(state);
-        if (load_running) {
-                load.stop = 1;
-                load_join();
-        }
+        load = NULL;
         return 0;
 }
 
@@ -178,11 +113,10 @@ static void mock_scenario(const struct scenario *s) {
                                                              .extra_groups = FAST_GROUPS,
                                                              .log_level = "debug"});
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
-        load_start(topic, s->rows, s->per_second);
+        load = ts_load_start(topic, s->rows, s->per_second, 100);
         evidence_min = s->inject();
-        load_join();
-        assert_string_equal(load.error, "");
-        assert_int_equal(load.written, s->rows);
+        assert_int_equal(ts_load_finish(load), s->rows);
+        load = NULL;
         if (!ts_wait_drained(c, topics, 60000)) {
                 ts_relay_dump_log(&relay);
                 fail_msg("%s: not drained 60 s after the load", s->name);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -132,6 +133,9 @@ void ts_testbed(const char *cmd) {
 static struct ts_relay running[16];
 /* mock-kafka processes, for the same reason: their pids, not pointers into a test's frame. */
 static pid_t mocks[8];
+/* Writer threads, heap-allocated, for the same reason. */
+static struct ts_load *loads[8];
+static void load_stop(struct ts_load *l);
 
 static void track(const struct ts_relay *r, bool add) {
         for (size_t i = 0; i < 16; i++) {
@@ -146,6 +150,11 @@ static void track(const struct ts_relay *r, bool add) {
 
 int ts_teardown(void **state) {
         (void)state;
+        for (size_t i = 0; i < 8; i++)
+                if (loads[i]) {
+                        load_stop(loads[i]);
+                        loads[i] = NULL;
+                }
         for (size_t i = 0; i < 8; i++)
                 if (mocks[i] > 0) {
                         kill(mocks[i], SIGKILL);
@@ -489,6 +498,98 @@ void ts_mock_stop(struct ts_mock *m) {
                 if (mocks[i] == m->pid)
                         mocks[i] = 0;
         m->pid = 0;
+}
+
+/* ---- a steady writer ---- */
+
+struct ts_load {
+        char *topic;
+        int rows, per_second, keys;
+        volatile int written;
+        volatile int stop;
+        char error[256];
+        pthread_t thread;
+};
+
+static void *load_main(void *arg) {
+        struct ts_load *l = arg;
+        PGconn *c = PQconnectdb(ts_conninfo());
+        int64_t start = ts_now_ms();
+
+        if (PQstatus(c) != CONNECTION_OK)
+                snprintf(l->error, sizeof(l->error), "%s", PQerrorMessage(c));
+        while (!l->error[0] && l->written < l->rows && !l->stop) {
+                char sql[600];
+                PGresult *res;
+                int64_t due = start + (int64_t)l->written * 1000 / l->per_second;
+
+                if (ts_now_ms() < due)
+                        usleep((useconds_t)(due - ts_now_ms()) * 1000);
+                snprintf(sql, sizeof(sql),
+                         "INSERT INTO outbox (topic, key, payload, headers)"
+                         " SELECT '%s', 'key-' || ((%d + g) %% %d), convert_to('event ' || (%d + g), 'UTF8'),"
+                         " jsonb_build_object('n', (%d + g)::text) FROM generate_series(0, 49) g",
+                         l->topic, l->written, l->keys, l->written, l->written);
+                res = PQexec(c, sql);
+                if (PQresultStatus(res) != PGRES_COMMAND_OK)
+                        snprintf(l->error, sizeof(l->error), "%s", PQresultErrorMessage(res));
+                else
+                        l->written += 50;
+                PQclear(res);
+        }
+        PQfinish(c);
+        return NULL;
+}
+
+struct ts_load *ts_load_start(const char *topic, int rows, int per_second, int keys) {
+        struct ts_load *l = calloc(1, sizeof(*l));
+
+        if (!l || !(l->topic = strdup(topic)))
+                fail_msg("out of memory");
+        l->rows = rows;
+        l->per_second = per_second;
+        l->keys = keys;
+        if (pthread_create(&l->thread, NULL, load_main, l) != 0)
+                fail_msg("pthread_create failed");
+        for (size_t i = 0; i < 8; i++)
+                if (!loads[i]) {
+                        loads[i] = l;
+                        break;
+                }
+        return l;
+}
+
+int ts_load_written(const struct ts_load *l) {
+        return l->written;
+}
+
+void ts_load_wait(const struct ts_load *l, int rows) {
+        while (l->written < rows && !l->error[0] && l->written < l->rows)
+                usleep(20000);
+}
+
+static void load_stop(struct ts_load *l) {
+        l->stop = 1;
+        pthread_join(l->thread, NULL);
+        free(l->topic);
+        free(l);
+}
+
+int ts_load_finish(struct ts_load *l) {
+        char error[256];
+        int written;
+
+        pthread_join(l->thread, NULL);
+        for (size_t i = 0; i < 8; i++)
+                if (loads[i] == l)
+                        loads[i] = NULL;
+        snprintf(error, sizeof(error), "%s", l->error);
+        written = l->written;
+        free(l->topic);
+        free(l);
+        if (error[0])
+                fail_msg("the writer failed: %s", error);
+        return written;
 }
 
 /* ---- Kafka ---- */

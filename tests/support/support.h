@@ -96,6 +96,20 @@ void ts_mock_start_n(struct ts_mock *m, const char *topic, int partitions, int b
 void ts_mock_cmd(struct ts_mock *m, const char *cmd);
 void ts_mock_stop(struct ts_mock *m);
 
+/* ---- a steady writer ---- */
+
+/* A thread inserting `rows` rows at `per_second`, 50 per transaction (one writer, so commit
+ * order is id order), keys key-0 … key-(keys-1), payload "event N", header n=N. Heap-allocated
+ * and tracked: ts_teardown stops and frees one that a failed test left running. */
+struct ts_load;
+struct ts_load *ts_load_start(const char *topic, int rows, int per_second, int keys);
+/* Rows written so far. */
+int ts_load_written(const struct ts_load *l);
+/* Waits until at least `rows` rows are written (or the writer ended). */
+void ts_load_wait(const struct ts_load *l, int rows);
+/* Joins the writer, fails the test if it hit an error, frees it; returns the rows written. */
+int ts_load_finish(struct ts_load *l);
+
 /* ---- Kafka ---- */
 struct ts_header {
         char *name;
