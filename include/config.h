@@ -15,13 +15,13 @@ enum finish_mode {
         FINISH_MARK,   /* set published_at; retention deletes old marked rows */
 };
 
-/* One librdkafka property from the `kafka` group, already translated to librdkafka's name
- * (e.g. `linger_ms` -> "linger.ms") and value rendered as a string. */
 enum ordering_mode {
         ORDERING_KEY,  /* one relay per table publishes at a time (leader lock): per-key order holds */
         ORDERING_NONE, /* every relay claims: more throughput, per-key order across relays not kept */
 };
 
+/* One librdkafka property from the `kafka` group, already translated to librdkafka's name
+ * (e.g. `linger_ms` -> "linger.ms") and value rendered as a string. */
 struct kafka_prop {
         char *name;    /* librdkafka property name */
         char *setting; /* name as written in the file, for messages */
@@ -45,6 +45,8 @@ struct relay_config {
         struct {
                 struct kafka_prop *props; /* in file order */
                 size_t n_props;
+                char *file;               /* file holding the kafka group; NULL: `file` */
+                int line;                 /* line of the kafka group; 0: no group */
         } kafka;
 
         struct {
@@ -92,16 +94,23 @@ void config_free(struct relay_config *c);
  * murmur2_random, bounded message.timeout.ms below relay.batch_timeout, …), then every
  * `kafka` property on top. Refuses properties that would break the guarantees. On failure
  * returns NULL and writes "FILE:LINE: kafka.setting: reason" into err. Caller owns the result
- * (hand it to rd_kafka_new() or rd_kafka_conf_destroy() it). */
+ * (hand it to rd_kafka_new() or rd_kafka_conf_destroy() it). kafka_guard_conf() and
+ * kafka_guard_probe() (kafka_guard.h) say more. */
 rd_kafka_conf_t *config_kafka_conf(const struct relay_config *c, char *err, size_t errsz);
 
 /* SIGHUP: settings that only take effect after a restart (postgres.*, kafka.*,
- * relay.batch_timeout) are copied from `running` into `next`, so `next` describes what really
- * runs. Their names, where they differ, go comma-separated into `changed`. Returns how many
- * differed, or -ENOMEM. */
+ * relay.batch_timeout, relay.ordering) are copied from `running` into `next`, so `next`
+ * describes what really runs. Their names, where they differ, go comma-separated into
+ * `changed`. Returns how many differed, or -ENOMEM with `next` untouched and `changed` empty
+ * (every copy is made before anything is replaced). */
 int config_keep_restart_only(const struct relay_config *running, struct relay_config *next,
                              char *changed, size_t changedsz);
 
+/* config_keep_restart_only() taking its string copies from dup (strdup()'s contract: a heap
+ * copy, or NULL when out of memory), so that tests can fail any one of them. */
+int config_keep_restart_only_with(const struct relay_config *running, struct relay_config *next,
+                                  char *changed, size_t changedsz, char *(*dup)(const char *));
+
 /* Copies conninfo into buf with any password value replaced by "***" (key=value and URI
- * forms). Returns buf. */
+ * forms). Returns buf. Same as conninfo_redact() (conninfo.h). */
 const char *config_redact_conninfo(const char *conninfo, char *buf, size_t bufsz);

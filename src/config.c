@@ -1,4 +1,4 @@
-/* config.c -- Load the libconfig file and validate it into a typed struct (DESIGN §7). */
+/* config.c -- The key table and the loader: the file validated into a typed struct (DESIGN §7). */
 #include "config.h"
 
 #include <ctype.h>
@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <libconfig.h>
 #include <libgen.h>
-#include <libpq-fe.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -16,6 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cfgutil.h"
+#include "conninfo.h"
+#include "kafka_guard.h"
 #include "log.h" /* log_level_from_string() only: this module fills err buffers, it never logs */
 
 /* ---- the key table ------------------------------------------------------------------------ */
@@ -108,53 +110,7 @@ static const struct key *key_find(const char *group, const char *name) {
         return NULL;
 }
 
-/* ---- small string helpers ----------------------------------------------------------------- */
-
-/* Bounded appender: output is always NUL-terminated, excess is dropped. */
-struct sbuf {
-        char *buf;
-        size_t size, len;
-};
-
-static void sb_putn(struct sbuf *b, const char *s, size_t n) {
-        for (size_t i = 0; i < n && b->len + 1 < b->size; i++)
-                b->buf[b->len++] = s[i];
-        if (b->size)
-                b->buf[b->len < b->size ? b->len : b->size - 1] = 0;
-}
-
-static void sb_puts(struct sbuf *b, const char *s) {
-        sb_putn(b, s, strlen(s));
-}
-
-static void sb_putc(struct sbuf *b, char ch) {
-        sb_putn(b, &ch, 1);
-}
-
-/* User text in messages: double-quoted, control characters escaped, long values cut. */
-static const char *quote(const char *s, char *buf, size_t size) {
-        struct sbuf b = {buf, size, 0};
-        size_t i;
-
-        sb_putc(&b, '"');
-        for (i = 0; s[i] && i < 80; i++) {
-                unsigned char ch = (unsigned char)s[i];
-                char esc[8];
-
-                if (ch == '"' || ch == '\\') {
-                        sb_putc(&b, '\\');
-                        sb_putc(&b, (char)ch);
-                } else if (ch < 0x20 || ch == 0x7f) {
-                        snprintf(esc, sizeof(esc), "\\x%02x", ch);
-                        sb_puts(&b, esc);
-                } else
-                        sb_putc(&b, (char)ch);
-        }
-        sb_putc(&b, '"');
-        if (s[i])
-                sb_puts(&b, "...");
-        return buf;
-}
+/* ---- identifiers -------------------------------------------------------------------------- */
 
 static bool name_char(int ch) {
         return isalnum(ch) || ch == '_';
@@ -178,113 +134,7 @@ static bool valid_qualified_identifier(const char *s) {
         return valid_identifier(s, (size_t)(dot - s)) && valid_identifier(dot + 1, strlen(dot + 1));
 }
 
-/* ---- durations ---------------------------------------------------------------------------- */
-
-static const struct {
-        const char *suffix;
-        usec_t usec;
-} duration_units[] = {
-        {"us", 1},
-        {"ms", USEC_PER_MSEC},
-        {"s", USEC_PER_SEC},
-        {"m", 60 * USEC_PER_SEC},
-        {"min", 60 * USEC_PER_SEC},
-        {"h", 3600 * USEC_PER_SEC},
-        {"d", 86400 * USEC_PER_SEC},
-};
-
-/* "250ms", "30s", "1.5s", "5m", "2h", "7d", or "0". Returns 0, -EINVAL (not a duration) or
- * -ERANGE (does not fit). Up to six fractional digits count; the result is truncated to
- * whole microseconds. */
-static int parse_duration(const char *s, usec_t *ret) {
-        const char *p = s;
-        uint64_t whole = 0, frac = 0, frac_div = 1, unit = 0, total;
-        bool digits = false, overflow = false;
-
-        while (*p >= '0' && *p <= '9') {
-                digits = true;
-                if (whole > (UINT64_MAX - 9) / 10)
-                        overflow = true;
-                else
-                        whole = whole * 10 + (uint64_t)(*p - '0');
-                p++;
-        }
-        if (*p == '.') {
-                p++;
-                if (!(*p >= '0' && *p <= '9'))
-                        return -EINVAL;
-                while (*p >= '0' && *p <= '9') {
-                        digits = true;
-                        if (frac_div < 1000000) {
-                                frac = frac * 10 + (uint64_t)(*p - '0');
-                                frac_div *= 10;
-                        }
-                        p++;
-                }
-        }
-        if (!digits)
-                return -EINVAL;
-        if (*p == 0) {
-                /* A bare number is ambiguous; only zero means the same in every unit. */
-                if (whole != 0 || frac != 0)
-                        return -EINVAL;
-                *ret = 0;
-                return 0;
-        }
-        for (size_t i = 0; i < ELEMENTSOF(duration_units); i++)
-                if (strcmp(p, duration_units[i].suffix) == 0)
-                        unit = duration_units[i].usec;
-        if (unit == 0)
-                return -EINVAL;
-        if (overflow || __builtin_mul_overflow(whole, unit, &total) ||
-            __builtin_add_overflow(total, frac * unit / frac_div, &total) || total > INT64_MAX)
-                return -ERANGE;
-        *ret = total;
-        return 0;
-}
-
-/* Renders usec in the largest unit that divides it exactly ("5m", "1500ms", "0"). */
-static const char *format_duration(usec_t u, char *buf, size_t size) {
-        static const size_t order[] = {6, 5, 3, 2, 1, 0}; /* d, h, m, s, ms, us */
-
-        if (u == 0) {
-                snprintf(buf, size, "0");
-                return buf;
-        }
-        for (size_t i = 0; i < ELEMENTSOF(order); i++) {
-                usec_t unit = duration_units[order[i]].usec;
-
-                if (u % unit == 0) {
-                        snprintf(buf, size, "%llu%s", (unsigned long long)(u / unit),
-                                 duration_units[order[i]].suffix);
-                        break;
-                }
-        }
-        return buf;
-}
-
 /* ---- errors ------------------------------------------------------------------------------- */
-
-/* "FILE:LINE: message", or "FILE: message" for file-level errors (line <= 0). */
-static int errorf(char *err, size_t errsz, const char *file, int line, const char *fmt, ...)
-        _printf_(5, 6);
-static int errorf(char *err, size_t errsz, const char *file, int line, const char *fmt, ...) {
-        va_list ap;
-        int n;
-
-        if (!err || errsz == 0)
-                return -EINVAL;
-        if (line > 0)
-                n = snprintf(err, errsz, "%s:%d: ", file, line);
-        else
-                n = snprintf(err, errsz, "%s: ", file);
-        if (n < 0 || (size_t)n >= errsz)
-                return -EINVAL;
-        va_start(ap, fmt);
-        vsnprintf(err + n, errsz - (size_t)n, fmt, ap);
-        va_end(ap);
-        return -EINVAL;
-}
 
 struct loader {
         const char *file; /* the path given to config_load() */
@@ -347,8 +197,8 @@ static int setting_error(struct loader *l, const config_setting_t *s, const char
         va_start(ap, fmt);
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
-        return errorf(l->err, l->errsz, setting_file(l, s), config_setting_source_line(s), "%s: %s",
-                      setting_path(s, path, sizeof(path)), msg);
+        return cfgutil_errorf(l->err, l->errsz, setting_file(l, s), config_setting_source_line(s),
+                              "%s: %s", setting_path(s, path, sizeof(path)), msg);
 }
 
 /* What the user wrote, for "(got …)": `integer 5`, `string "x"`, `group`. */
@@ -366,7 +216,8 @@ static const char *describe(const config_setting_t *s, char *buf, size_t size) {
                 snprintf(buf, size, "float %g", config_setting_get_float(s));
                 break;
         case CONFIG_TYPE_STRING:
-                snprintf(buf, size, "string %s", quote(config_setting_get_string(s), q, sizeof(q)));
+                snprintf(buf, size, "string %s",
+                         cfgutil_quote(config_setting_get_string(s), q, sizeof(q)));
                 break;
         case CONFIG_TYPE_BOOL:
                 snprintf(buf, size, "boolean %s", config_setting_get_bool(s) ? "true" : "false");
@@ -555,205 +406,6 @@ static int get_integer(struct loader *l, const config_setting_t *s, long long *v
         }
 }
 
-/* ---- conninfo redaction ------------------------------------------------------------------- */
-
-/* Whether the value of key k[0..n) is hidden: passwords always (any case: a mistyped key is
- * still a password to hide), and with `known` (libpq's keywords, for error messages about a
- * string libpq refused) also the value of any key libpq does not know, such as "passwd". */
-static bool hide_value(const char *k, size_t n, const PQconninfoOption *known) {
-        if ((n == 8 && strncasecmp(k, "password", 8) == 0) ||
-            (n == 11 && strncasecmp(k, "sslpassword", 11) == 0))
-                return true;
-        if (!known)
-                return false;
-        for (; known->keyword; known++)
-                if (strlen(known->keyword) == n && strncmp(known->keyword, k, n) == 0)
-                        return false;
-        return true;
-}
-
-static bool is_uri(const char *s) {
-        return strncmp(s, "postgresql://", 13) == 0 || strncmp(s, "postgres://", 11) == 0;
-}
-
-/* Percent-decodes s[0..n) into buf (for comparing URI keys). */
-static void uri_decode(const char *s, size_t n, char *buf, size_t size) {
-        size_t o = 0;
-
-        for (size_t i = 0; i < n && o + 1 < size; i++) {
-                if (s[i] == '%' && i + 2 < n && isxdigit((unsigned char)s[i + 1]) &&
-                    isxdigit((unsigned char)s[i + 2])) {
-                        char hex[3] = {s[i + 1], s[i + 2], 0};
-
-                        buf[o++] = (char)strtol(hex, NULL, 16);
-                        i += 2;
-                } else
-                        buf[o++] = s[i];
-        }
-        buf[o] = 0;
-}
-
-static void redact_uri(const char *s, struct sbuf *b, const PQconninfoOption *known) {
-        size_t pre = strncmp(s, "postgresql://", 13) == 0 ? 13 : 11;
-        const char *p = s + pre, *q, *at = NULL, *colon;
-
-        sb_putn(b, s, pre);
-        /* Credentials end at the last '@' before the query. libpq would stop at a '/', but a
-         * password with a stray '/' must not leak either: redact too much, never too little. */
-        for (q = p; *q && *q != '?'; q++)
-                if (*q == '@')
-                        at = q;
-        if (at) {
-                colon = memchr(p, ':', (size_t)(at - p));
-                if (colon) {
-                        sb_putn(b, p, (size_t)(colon - p));
-                        sb_puts(b, ":***");
-                } else
-                        sb_putn(b, p, (size_t)(at - p));
-                p = at;
-        }
-        q = strchr(p, '?');
-        if (!q) {
-                sb_puts(b, p);
-                return;
-        }
-        sb_putn(b, p, (size_t)(q - p));
-        p = q;
-        while (*p) {
-                const char *end, *eq;
-                char key[64];
-
-                sb_putc(b, *p++); /* '?' or '&' */
-                end = p + strcspn(p, "&");
-                eq = memchr(p, '=', (size_t)(end - p));
-                if (eq) {
-                        uri_decode(p, (size_t)(eq - p), key, sizeof(key));
-                        if (hide_value(key, strlen(key), known)) {
-                                sb_putn(b, p, (size_t)(eq - p) + 1);
-                                sb_puts(b, "***");
-                                p = end;
-                                continue;
-                        }
-                }
-                sb_putn(b, p, (size_t)(end - p));
-                p = end;
-        }
-}
-
-static void redact_kv(const char *s, struct sbuf *b, int depth, const PQconninfoOption *known);
-
-/* A dbname value may itself be a connection string that libpq expands (and so may hold a
- * password): redact it recursively and re-quote it. */
-static void redact_dbname(const char *v, size_t n, bool quoted, struct sbuf *b, int depth,
-                          const PQconninfoOption *known) {
-        _cleanup_free_ char *plain = NULL, *inner = NULL;
-        size_t o = 0, isz = 2 * n + 16;
-        struct sbuf ib;
-
-        plain = malloc(n + 1);
-        inner = malloc(isz);
-        if (!plain || !inner) {
-                sb_puts(b, "***");
-                return;
-        }
-        for (size_t i = quoted ? 1 : 0; i < n; i++) {
-                if (v[i] == '\\' && i + 1 < n)
-                        plain[o++] = v[++i];
-                else if (quoted && v[i] == '\'')
-                        break;
-                else
-                        plain[o++] = v[i];
-        }
-        plain[o] = 0;
-        if (!strchr(plain, '=') && !is_uri(plain)) {
-                sb_putn(b, v, n);
-                return;
-        }
-        ib = (struct sbuf){inner, isz, 0};
-        if (is_uri(plain))
-                redact_uri(plain, &ib, known);
-        else
-                redact_kv(plain, &ib, depth + 1, known);
-        sb_putc(b, '\'');
-        for (const char *p = inner; *p; p++) {
-                if (*p == '\'' || *p == '\\')
-                        sb_putc(b, '\\');
-                sb_putc(b, *p);
-        }
-        sb_putc(b, '\'');
-}
-
-/* libpq's key = value syntax: values bare (backslash escapes) or single-quoted (\' and \\).
- * Anything that does not parse is redacted to the end: a mistyped string such as
- * "host=x secret" must not reach a log either. */
-static void redact_kv(const char *s, struct sbuf *b, int depth, const PQconninfoOption *known) {
-        const char *p = s;
-
-        for (;;) {
-                const char *key, *v;
-                size_t klen;
-                bool quoted;
-
-                while (isspace((unsigned char)*p))
-                        sb_putc(b, *p++);
-                if (!*p)
-                        return;
-                key = p;
-                while (*p && *p != '=' && !isspace((unsigned char)*p))
-                        p++;
-                klen = (size_t)(p - key);
-                while (isspace((unsigned char)*p))
-                        p++;
-                if (klen == 0 || *p != '=') {
-                        sb_puts(b, "***");
-                        return;
-                }
-                p++;
-                sb_putn(b, key, (size_t)(p - key));
-                while (isspace((unsigned char)*p))
-                        sb_putc(b, *p++);
-                v = p;
-                quoted = *p == '\'';
-                if (quoted) {
-                        for (p++; *p && *p != '\''; p++)
-                                if (*p == '\\' && p[1])
-                                        p++;
-                        if (*p == '\'')
-                                p++;
-                } else {
-                        for (; *p && !isspace((unsigned char)*p); p++)
-                                if (*p == '\\' && p[1])
-                                        p++;
-                }
-                if (hide_value(key, klen, known))
-                        sb_puts(b, "***");
-                else if (depth == 0 && klen == 6 && strncmp(key, "dbname", 6) == 0)
-                        redact_dbname(v, (size_t)(p - v), quoted, b, depth, known);
-                else
-                        sb_putn(b, v, (size_t)(p - v));
-        }
-}
-
-static const char *redact(const char *conninfo, char *buf, size_t bufsz,
-                          const PQconninfoOption *known) {
-        struct sbuf b = {buf, bufsz, 0};
-
-        if (bufsz == 0)
-                return buf;
-        buf[0] = 0;
-        if (!conninfo)
-                return buf;
-        if (is_uri(conninfo))
-                redact_uri(conninfo, &b, known);
-        else
-                redact_kv(conninfo, &b, 0, known);
-        return buf;
-}
-
-const char *config_redact_conninfo(const char *conninfo, char *buf, size_t bufsz) {
-        return redact(conninfo, buf, bufsz, NULL);
-}
-
 /* ---- defaults, free ----------------------------------------------------------------------- */
 
 void config_free(struct relay_config *c) {
@@ -769,6 +421,7 @@ void config_free(struct relay_config *c) {
                 free(c->kafka.props[i].value);
         }
         free(c->kafka.props);
+        free(c->kafka.file);
         memset(c, 0, sizeof(*c));
 }
 
@@ -820,50 +473,14 @@ static int need_string(struct loader *l, const config_setting_t *s, const char *
         return 0;
 }
 
+/* libpq's own parser, plus what libpq checks only when it connects: a port that is not a
+ * number would otherwise pass here and make the relay retry forever. */
 static int parse_conninfo(struct loader *l, const config_setting_t *s, const char *v) {
-        PQconninfoOption *opts, *known;
-        char *msg = NULL;
-        _cleanup_free_ char *redacted = NULL;
-        size_t rsz = 2 * strlen(v) + 16;
-        char q[128];
-        int r = 0;
+        char msg[512];
 
-        opts = PQconninfoParse(v, &msg);
-        if (opts) {
-                PQconninfoFree(opts);
-                return 0;
-        }
-        if (msg)
-                PQfreemem(msg);
-        /* libpq's message may quote the string, password included: ask again about the
-         * redacted string and report only what that says. The string is wrong somewhere, so
-         * hide the values of unknown keys too ("passwd=…"). */
-        redacted = malloc(rsz);
-        known = PQconndefaults();
-        if (!redacted || !known) {
-                if (known)
-                        PQconninfoFree(known);
-                return setting_error(l, s, "invalid connection string");
-        }
-        redact(v, redacted, rsz, known);
-        PQconninfoFree(known);
-        msg = NULL;
-        opts = PQconninfoParse(redacted, &msg);
-        if (opts) {
-                PQconninfoFree(opts);
-                r = setting_error(l, s, "invalid connection string (in a password value) (got %s)",
-                                  quote(redacted, q, sizeof(q)));
-        } else {
-                char *nl;
-
-                if (msg && (nl = strchr(msg, '\n')))
-                        *nl = 0;
-                r = setting_error(l, s, "invalid connection string: %s (got %s)",
-                                  msg ? msg : "out of memory", quote(redacted, q, sizeof(q)));
-        }
-        if (msg)
-                PQfreemem(msg);
-        return r;
+        if (conninfo_check(v, msg, sizeof(msg)) < 0)
+                return setting_error(l, s, "%s", msg);
+        return 0;
 }
 
 static int parse_duration_setting(struct loader *l, const config_setting_t *s, const struct key *k,
@@ -886,10 +503,10 @@ static int parse_duration_setting(struct loader *l, const config_setting_t *s, c
                                      describe(s, got, sizeof(got)));
         }
         v = config_setting_get_string(s);
-        quote(v, q, sizeof(q));
+        cfgutil_quote(v, q, sizeof(q));
         if (v[0] == '-')
                 return setting_error(l, s, "must not be negative (got %s)", q);
-        r = parse_duration(v, &u);
+        r = cfgutil_parse_duration(v, &u);
         if (r == -ERANGE)
                 return setting_error(l, s, "is too large (got %s)", q);
         if (r < 0)
@@ -901,8 +518,8 @@ static int parse_duration_setting(struct loader *l, const config_setting_t *s, c
                 *out = 0;
                 return 0;
         }
-        format_duration((usec_t)k->min, lo, sizeof(lo));
-        format_duration((usec_t)k->max, hi, sizeof(hi));
+        cfgutil_format_duration((usec_t)k->min, lo, sizeof(lo));
+        cfgutil_format_duration((usec_t)k->max, hi, sizeof(hi));
         if (u < (usec_t)k->min || u > (usec_t)k->max)
                 return setting_error(l, s, "must be %s%s..%s (got %s)", k->zero_ok ? "\"0\" or " : "",
                                      lo, hi, q);
@@ -968,12 +585,12 @@ static int parse_key(struct loader *l, const config_setting_t *s, const struct k
                                              "must be name or schema.name, each of letters, digits "
                                              "and '_', not starting with a digit, at most 63 "
                                              "characters (got %s)",
-                                             quote(v, q, sizeof(q)));
+                                             cfgutil_quote(v, q, sizeof(q)));
                 else if (k->kind == KEY_CHANNEL && !valid_identifier(v, strlen(v)))
                         return setting_error(l, s,
                                              "must be a name of letters, digits and '_', not "
                                              "starting with a digit, at most 63 characters (got %s)",
-                                             quote(v, q, sizeof(q)));
+                                             cfgutil_quote(v, q, sizeof(q)));
                 copy = strdup(v);
                 if (!copy)
                         return setting_error(l, s, "out of memory");
@@ -992,7 +609,7 @@ static int parse_key(struct loader *l, const config_setting_t *s, const struct k
                         *(enum finish_mode *)f = FINISH_MARK;
                 else
                         return setting_error(l, s, "must be \"delete\" or \"mark\" (got %s)",
-                                             quote(v, q, sizeof(q)));
+                                             cfgutil_quote(v, q, sizeof(q)));
                 return 0;
 
         case KEY_ORDERING:
@@ -1005,7 +622,7 @@ static int parse_key(struct loader *l, const config_setting_t *s, const struct k
                         *(enum ordering_mode *)f = ORDERING_NONE;
                 else
                         return setting_error(l, s, "must be \"key\" or \"none\" (got %s)",
-                                             quote(v, q, sizeof(q)));
+                                             cfgutil_quote(v, q, sizeof(q)));
                 return 0;
 
         case KEY_LOGLEVEL:
@@ -1017,7 +634,7 @@ static int parse_key(struct loader *l, const config_setting_t *s, const struct k
                         return setting_error(l, s,
                                              "must be \"error\", \"warning\", \"notice\", \"info\" or "
                                              "\"debug\" (got %s)",
-                                             quote(v, q, sizeof(q)));
+                                             cfgutil_quote(v, q, sizeof(q)));
                 *(int *)f = r;
                 return 0;
         }
@@ -1101,212 +718,14 @@ static int parse_kafka(struct loader *l, const config_setting_t *g, struct relay
         return 0;
 }
 
-/* Properties the relay's promises depend on. Each user property is checked against them by
- * reading back what changed, so aliases (request.required.acks, delivery.timeout.ms, …) and
- * spellings ("0" for false) cannot slip past. */
-enum guard {
-        GUARD_IDEMPOTENCE,
-        GUARD_ACKS,
-        GUARD_PARTITIONER,
-        GUARD_QUEUING,
-        GUARD_DR_ONLY_ERROR,
-        GUARD_TRANSACTIONAL_ID,
-        GUARD_MESSAGE_TIMEOUT,
-        GUARD_MAX_IN_FLIGHT,
-        GUARD_RETRIES,
-        GUARD_ENABLED_EVENTS,
-        _GUARD_MAX,
-};
-
-static const char *const guard_props[_GUARD_MAX] = {
-        [GUARD_IDEMPOTENCE] = "enable.idempotence",
-        [GUARD_ACKS] = "acks",
-        [GUARD_PARTITIONER] = "partitioner",
-        [GUARD_QUEUING] = "queuing.strategy",
-        [GUARD_DR_ONLY_ERROR] = "delivery.report.only.error",
-        [GUARD_TRANSACTIONAL_ID] = "transactional.id",
-        [GUARD_MESSAGE_TIMEOUT] = "message.timeout.ms",
-        [GUARD_MAX_IN_FLIGHT] = "max.in.flight",
-        [GUARD_RETRIES] = "retries",
-        [GUARD_ENABLED_EVENTS] = "enabled_events",
-};
-
-struct guard_snapshot {
-        char v[_GUARD_MAX][256];
-};
-
-static void guard_snapshot(rd_kafka_conf_t *conf, struct guard_snapshot *snap) {
-        for (size_t i = 0; i < _GUARD_MAX; i++) {
-                size_t sz = sizeof(snap->v[i]);
-
-                if (rd_kafka_conf_get(conf, guard_props[i], snap->v[i], &sz) != RD_KAFKA_CONF_OK)
-                        snap->v[i][0] = 0; /* unset (transactional.id) */
-        }
-}
-
-/* Returns NULL when value v of guard g is acceptable, else the reason. */
-static const char *guard_check(enum guard g, const char *v, const struct relay_config *c, char *buf,
-                               size_t size) {
-        long long batch_ms = (long long)(c->relay.batch_timeout / USEC_PER_MSEC), n;
-        char bt[32];
-
-        switch (g) {
-        case GUARD_IDEMPOTENCE:
-                return strcmp(v, "true") == 0 ? NULL
-                                              : "refused: the relay needs the idempotent producer "
-                                                "(enable.idempotence=true) for ordered, "
-                                                "duplicate-free retries";
-        case GUARD_ACKS:
-                return strcmp(v, "-1") == 0 ? NULL
-                                            : "refused: the relay needs acks=all so that an "
-                                              "acknowledged message cannot be lost";
-        case GUARD_PARTITIONER:
-                return strcmp(v, "random") != 0 ? NULL
-                                                : "refused: partitioner random breaks per-key order "
-                                                  "(default murmur2_random)";
-        case GUARD_QUEUING:
-                return strcmp(v, "fifo") == 0 ? NULL
-                                              : "refused: queuing.strategy must be fifo to keep order";
-        case GUARD_DR_ONLY_ERROR:
-                return strcmp(v, "false") == 0 ? NULL
-                                               : "refused: the relay needs a delivery report for "
-                                                 "every message";
-        case GUARD_TRANSACTIONAL_ID:
-                return v[0] == 0 ? NULL
-                                 : "refused: the transactional producer is not supported (the "
-                                   "database transaction is the unit of work)";
-        case GUARD_MESSAGE_TIMEOUT: {
-                /* The relay keeps min(batch_timeout / 4, 5 s) of each batch for the finish;
-                 * deliveries must be decided before that, or the relay purges them itself. */
-                long long reserve = batch_ms / 4 < 5000 ? batch_ms / 4 : 5000;
-
-                n = strtoll(v, NULL, 10);
-                if (n > 0 && n < batch_ms - reserve)
-                        return NULL;
-                snprintf(buf, size,
-                         "must be 1..%lld, below relay.batch_timeout (%s) less the %lld ms kept for "
-                         "the finish, so that every batch ends; 0 (infinite) is refused",
-                         batch_ms - reserve - 1, format_duration(c->relay.batch_timeout, bt, sizeof(bt)),
-                         reserve);
-                return buf;
-        }
-        case GUARD_MAX_IN_FLIGHT:
-                n = strtoll(v, NULL, 10);
-                return n >= 1 && n <= 5 ? NULL
-                                        : "refused: must be 1..5 with the idempotent producer";
-        case GUARD_RETRIES:
-                n = strtoll(v, NULL, 10);
-                return n >= 1 ? NULL : "refused: must be at least 1 with the idempotent producer";
-        case GUARD_ENABLED_EVENTS:
-                return "refused: managed by the relay";
-        case _GUARD_MAX:
-                break;
-        }
-        return NULL;
-}
-
-static rd_kafka_conf_t *kafka_conf_build(const struct relay_config *c, struct kafka_prop *resolve,
-                                         const char *const *prop_files, int kafka_line, char *err,
-                                         size_t errsz) {
-        const char *file = c->file ? c->file : "(defaults)";
-        rd_kafka_conf_t *conf = rd_kafka_conf_new();
-        long long batch_ms = (long long)(c->relay.batch_timeout / USEC_PER_MSEC);
-        char errstr[512], mto[32], buf[512];
-        struct guard_snapshot before, after;
-        size_t sz;
-        const char *defaults[][2] = {
-                {"enable.idempotence", "true"},
-                {"acks", "all"},
-                {"partitioner", "murmur2_random"},
-                {"linger.ms", "5"},
-                {"compression.codec", "lz4"},
-                {"socket.keepalive.enable", "true"},
-                /* librdkafka's default (10 s) delays even the report that a broker is gone. */
-                {"reconnect.backoff.max.ms", "1000"},
-                {"message.timeout.ms", mto},
-                {"statistics.interval.ms", "0"},
-        };
-
-        if (!conf) {
-                errorf(err, errsz, file, 0, "kafka: out of memory");
-                return NULL;
-        }
-        /* Below the batch deadline, so a batch ends even when Kafka never answers. */
-        snprintf(mto, sizeof(mto), "%lld", batch_ms / 2 < 30000 ? batch_ms / 2 : 30000);
-        for (size_t i = 0; i < ELEMENTSOF(defaults); i++)
-                if (rd_kafka_conf_set(conf, defaults[i][0], defaults[i][1], errstr, sizeof(errstr)) !=
-                    RD_KAFKA_CONF_OK) {
-                        errorf(err, errsz, file, 0, "kafka: cannot set the relay's default %s=%s: %s",
-                               defaults[i][0], defaults[i][1], errstr);
-                        goto fail;
-                }
-
-        for (size_t i = 0; i < c->kafka.n_props; i++) {
-                const struct kafka_prop *p = &c->kafka.props[i];
-                const char *pfile = prop_files && prop_files[i] ? prop_files[i] : file;
-                rd_kafka_conf_res_t res;
-                char errstr2[512];
-
-                guard_snapshot(conf, &before);
-                res = rd_kafka_conf_set(conf, p->name, p->value, errstr, sizeof(errstr));
-                /* One settable property really has underscores in its name: log_level. */
-                if (res == RD_KAFKA_CONF_UNKNOWN && strcmp(p->name, p->setting) != 0) {
-                        res = rd_kafka_conf_set(conf, p->setting, p->value, errstr2, sizeof(errstr2));
-                        if (res == RD_KAFKA_CONF_OK && resolve) {
-                                char *lit = strdup(p->setting);
-
-                                if (!lit) {
-                                        errorf(err, errsz, pfile, p->line, "kafka.%s: out of memory",
-                                               p->setting);
-                                        goto fail;
-                                }
-                                free(resolve[i].name);
-                                resolve[i].name = lit;
-                        }
-                        if (res == RD_KAFKA_CONF_INVALID)
-                                memcpy(errstr, errstr2, sizeof(errstr));
-                }
-                if (res != RD_KAFKA_CONF_OK) {
-                        errstr[strcspn(errstr, "\n")] = 0; /* some of its messages end in one */
-                        errorf(err, errsz, pfile, p->line, "kafka.%s: %s", p->setting, errstr);
-                        goto fail;
-                }
-                guard_snapshot(conf, &after);
-                for (size_t g = 0; g < _GUARD_MAX; g++) {
-                        const char *why;
-                        char q[128];
-
-                        if (strcmp(before.v[g], after.v[g]) == 0)
-                                continue;
-                        why = guard_check((enum guard)g, after.v[g], c, buf, sizeof(buf));
-                        if (why) {
-                                errorf(err, errsz, pfile, p->line, "kafka.%s: %s (got %s)", p->setting,
-                                       why, quote(p->value, q, sizeof(q)));
-                                goto fail;
-                        }
-                }
-        }
-
-        /* The relay has no default broker: a sample-like file must not silently talk to
-         * localhost in production. test.mock.num.brokers brings its own cluster. */
-        sz = sizeof(buf);
-        if (rd_kafka_conf_get(conf, "bootstrap.servers", buf, &sz) != RD_KAFKA_CONF_OK || !buf[0]) {
-                sz = sizeof(buf);
-                if (rd_kafka_conf_get(conf, "test.mock.num.brokers", buf, &sz) != RD_KAFKA_CONF_OK ||
-                    strtol(buf, NULL, 10) <= 0) {
-                        errorf(err, errsz, file, kafka_line, "kafka.bootstrap_servers: required");
-                        goto fail;
-                }
-        }
-        return conf;
-
-fail:
-        rd_kafka_conf_destroy(conf);
-        return NULL;
-}
-
 rd_kafka_conf_t *config_kafka_conf(const struct relay_config *c, char *err, size_t errsz) {
-        return kafka_conf_build(c, NULL, NULL, 0, err, errsz);
+        rd_kafka_conf_t *conf;
+
+        return kafka_guard_conf(c, NULL, NULL, &conf, err, errsz) < 0 ? NULL : conf;
+}
+
+const char *config_redact_conninfo(const char *conninfo, char *buf, size_t bufsz) {
+        return conninfo_redact(conninfo, buf, bufsz);
 }
 
 /* ---- cross-field rules -------------------------------------------------------------------- */
@@ -1321,14 +740,15 @@ static int check_order(struct loader *l, struct relay_config *c, const char *gro
 
         if (va <= vb)
                 return 0;
-        format_duration(va, sa, sizeof(sa));
-        format_duration(vb, sb, sizeof(sb));
+        cfgutil_format_duration(va, sa, sizeof(sa));
+        cfgutil_format_duration(vb, sb, sizeof(sb));
         if (l->key_line[ia] > 0 || l->key_line[ib] <= 0)
-                return errorf(l->err, l->errsz, l->key_file[ia] ? l->key_file[ia] : l->file,
-                              l->key_line[ia], "%s.%s: must not exceed %s.%s (%s) (got %s)", group, a,
-                              group, b, sb, sa);
-        return errorf(l->err, l->errsz, l->key_file[ib], l->key_line[ib],
-                      "%s.%s: must not be below %s.%s (%s) (got %s)", group, b, group, a, sa, sb);
+                return cfgutil_errorf(l->err, l->errsz, l->key_file[ia] ? l->key_file[ia] : l->file,
+                                      l->key_line[ia], "%s.%s: must not exceed %s.%s (%s) (got %s)",
+                                      group, a, group, b, sb, sa);
+        return cfgutil_errorf(l->err, l->errsz, l->key_file[ib], l->key_line[ib],
+                              "%s.%s: must not be below %s.%s (%s) (got %s)", group, b, group, a, sa,
+                              sb);
 }
 
 /* ---- the file ----------------------------------------------------------------------------- */
@@ -1368,7 +788,7 @@ static int check_file(const char *path, char *err, size_t errsz) {
         if (fd >= 0)
                 close(fd);
         if (r < 0)
-                errorf(err, errsz, path, 0, "cannot open: %s", strerror(-r));
+                cfgutil_errorf(err, errsz, path, 0, "cannot open: %s", strerror(-r));
         return r;
 }
 
@@ -1388,14 +808,14 @@ int config_load(const char *path, struct relay_config *c, char *err, size_t errs
                 err[0] = 0;
         r = config_defaults(c);
         if (r < 0) {
-                errorf(err, errsz, path, 0, "out of memory");
+                cfgutil_errorf(err, errsz, path, 0, "out of memory");
                 return r;
         }
         c->file = strdup(path);
         dir = strdup(path);
         if (!c->file || !dir) {
                 config_free(c);
-                errorf(err, errsz, path, 0, "out of memory");
+                cfgutil_errorf(err, errsz, path, 0, "out of memory");
                 return -ENOMEM;
         }
         r = check_file(path, err, errsz);
@@ -1410,13 +830,14 @@ int config_load(const char *path, struct relay_config *c, char *err, size_t errs
         config_set_include_dir(&cfg, l.include_dir);
         if (!config_read_file(&cfg, path)) {
                 if (config_error_type(&cfg) == CONFIG_ERR_FILE_IO) {
-                        errorf(err, errsz, path, 0, "cannot read: %s", config_error_text(&cfg));
+                        cfgutil_errorf(err, errsz, path, 0, "cannot read: %s",
+                                       config_error_text(&cfg));
                         r = -EIO;
                 } else {
                         const char *f = config_error_file(&cfg);
 
-                        errorf(err, errsz, source_path(&l, f), config_error_line(&cfg), "%s",
-                               config_error_text(&cfg));
+                        cfgutil_errorf(err, errsz, source_path(&l, f), config_error_line(&cfg),
+                                       "%s", config_error_text(&cfg));
                         r = -EINVAL;
                 }
                 goto out;
@@ -1443,7 +864,14 @@ int config_load(const char *path, struct relay_config *c, char *err, size_t errs
                         goto out;
                 }
                 if (strcmp(name, "kafka") == 0) {
+                        const char *gfile = setting_file(&l, g);
+
                         kafka = g;
+                        c->kafka.line = config_setting_source_line(g);
+                        if (strcmp(gfile, path) != 0 && !(c->kafka.file = strdup(gfile))) {
+                                r = setting_error(&l, g, "out of memory");
+                                goto out;
+                        }
                         r = parse_kafka(&l, g, c);
                 } else
                         r = parse_group(&l, g, c);
@@ -1463,20 +891,16 @@ int config_load(const char *path, struct relay_config *c, char *err, size_t errs
         if (c->kafka.n_props > 0) {
                 prop_files = calloc(c->kafka.n_props, sizeof(*prop_files));
                 if (!prop_files) {
-                        r = errorf(err, errsz, path, 0, "out of memory");
+                        r = cfgutil_errorf(err, errsz, path, 0, "out of memory");
                         goto out;
                 }
                 for (size_t i = 0; i < c->kafka.n_props; i++)
                         prop_files[i] = setting_file(&l, config_setting_get_elem(kafka, (unsigned)i));
         }
-        conf = kafka_conf_build(c, c->kafka.props, prop_files,
-                                kafka ? config_setting_source_line(kafka) : 0, err, errsz);
-        if (!conf) {
-                r = -EINVAL;
+        r = kafka_guard_conf(c, c->kafka.props, prop_files, &conf, err, errsz);
+        if (r < 0)
                 goto out;
-        }
         rd_kafka_conf_destroy(conf);
-        r = 0;
 
 out:
         config_destroy(&cfg);
@@ -1505,12 +929,70 @@ static void append_name(char *buf, size_t sz, const char *name) {
         snprintf(buf + n, sz - n, "%s%s", n ? ", " : "", name);
 }
 
+static void props_free(struct kafka_prop *props, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                free(props[i].name);
+                free(props[i].setting);
+                free(props[i].value);
+        }
+        free(props);
+}
+
+/* A copy of running's kafka group (properties and where the group is), or NULL. */
+static struct kafka_prop *props_copy(const struct relay_config *running, char **file,
+                                     char *(*dup)(const char *)) {
+        size_t n = running->kafka.n_props;
+        struct kafka_prop *props = calloc(n + 1, sizeof(*props));
+
+        *file = NULL;
+        if (!props)
+                return NULL;
+        for (size_t i = 0; i < n; i++) {
+                const struct kafka_prop *p = &running->kafka.props[i];
+
+                props[i].line = p->line;
+                if (!(props[i].name = dup(p->name)) || !(props[i].setting = dup(p->setting)) ||
+                    !(props[i].value = dup(p->value))) {
+                        props_free(props, i + 1);
+                        return NULL;
+                }
+        }
+        if (running->kafka.file && !(*file = dup(running->kafka.file))) {
+                props_free(props, n);
+                return NULL;
+        }
+        return props;
+}
+
 int config_keep_restart_only(const struct relay_config *running, struct relay_config *next,
                              char *changed, size_t changedsz) {
+        return config_keep_restart_only_with(running, next, changed, changedsz, strdup);
+}
+
+int config_keep_restart_only_with(const struct relay_config *running, struct relay_config *next,
+                                  char *changed, size_t changedsz, char *(*dup)(const char *)) {
+        /* Every copy first, then the swap: out of memory leaves `next` as it was. */
+        char *copies[ELEMENTSOF(keys)] = {0}, *kafka_file = NULL;
+        struct kafka_prop *props = NULL;
+        bool props_differ = !props_equal(running, next);
         int count = 0;
 
         if (changedsz)
                 changed[0] = 0;
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                const struct key *k = &keys[i];
+                const char *from;
+
+                if (!k->restart || (k->kind != KEY_CONNINFO && k->kind != KEY_TABLE &&
+                                    k->kind != KEY_CHANNEL))
+                        continue;
+                from = *(char *const *)((const char *)running + k->offset);
+                if (strcmp(from, *(char **)field(next, k)) != 0 && !(copies[i] = dup(from)))
+                        goto nomem;
+        }
+        if (props_differ && !(props = props_copy(running, &kafka_file, dup)))
+                goto nomem;
+
         for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
                 const struct key *k = &keys[i];
                 const void *from = (const char *)running + k->offset;
@@ -1524,14 +1006,10 @@ int config_keep_restart_only(const struct relay_config *running, struct relay_co
                 case KEY_CONNINFO:
                 case KEY_TABLE:
                 case KEY_CHANNEL:
-                        differs = strcmp(*(char *const *)from, *(char **)to) != 0;
+                        differs = copies[i] != NULL;
                         if (differs) {
-                                char *copy = strdup(*(char *const *)from);
-
-                                if (!copy)
-                                        return -ENOMEM;
                                 free(*(char **)to);
-                                *(char **)to = copy;
+                                *(char **)to = TAKE_PTR(copies[i]);
                         }
                         break;
                 case KEY_DURATION:
@@ -1552,27 +1030,20 @@ int config_keep_restart_only(const struct relay_config *running, struct relay_co
                         count++;
                 }
         }
-        if (!props_equal(running, next)) {
-                struct kafka_prop *props = calloc(running->kafka.n_props + 1, sizeof(*props));
-
-                if (!props)
-                        return -ENOMEM;
-                for (size_t i = 0; i < running->kafka.n_props; i++) {
-                        props[i].name = strdup(running->kafka.props[i].name);
-                        props[i].setting = strdup(running->kafka.props[i].setting);
-                        props[i].value = strdup(running->kafka.props[i].value);
-                        props[i].line = running->kafka.props[i].line;
-                }
-                for (size_t i = 0; i < next->kafka.n_props; i++) {
-                        free(next->kafka.props[i].name);
-                        free(next->kafka.props[i].setting);
-                        free(next->kafka.props[i].value);
-                }
-                free(next->kafka.props);
+        if (props_differ) {
+                props_free(next->kafka.props, next->kafka.n_props);
+                free(next->kafka.file);
                 next->kafka.props = props;
                 next->kafka.n_props = running->kafka.n_props;
+                next->kafka.file = kafka_file;
+                next->kafka.line = running->kafka.line;
                 append_name(changed, changedsz, "kafka.*");
                 count++;
         }
         return count;
+
+nomem:
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++)
+                free(copies[i]);
+        return -ENOMEM;
 }

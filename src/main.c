@@ -7,6 +7,7 @@
 #include <sysexits.h>
 
 #include "config.h"
+#include "kafka_guard.h"
 #include "log.h"
 #include "relay.h"
 #include "signals.h"
@@ -23,6 +24,10 @@ static void usage(FILE *f) {
                 CONFIG_DEFAULT_PATH);
 }
 
+/* Exit status 78 (EX_CONFIG) says "fix the file", and systemd's RestartPreventExitStatus=78
+ * stops restarting on it. So main() gives it only for what config_load() and
+ * kafka_guard_probe() find wrong with the configuration, never for a failure at run time,
+ * which a restart may well cure. */
 int main(int argc, char **argv) {
         enum { OPT_CHECK = 0x100, OPT_VERSION };
         static const struct option options[] = {
@@ -35,7 +40,6 @@ int main(int argc, char **argv) {
         const char *path = CONFIG_DEFAULT_PATH;
         struct relay_config *cfg = calloc(1, sizeof(*cfg));
         struct relay relay;
-        rd_kafka_conf_t *kconf;
         bool check = false;
         char err[1024];
         int c, r;
@@ -73,16 +77,18 @@ int main(int argc, char **argv) {
         if (r < 0) {
                 fprintf(stderr, "<3>outbox-relay: %s\n", err);
                 free(cfg);
-                return EX_CONFIG;
+                /* A missing or unreadable file is the file's fault too; memory is not. */
+                return r == -ENOMEM ? 1 : EX_CONFIG;
         }
-        kconf = config_kafka_conf(cfg, err, sizeof(err));
-        if (!kconf) {
+        /* What librdkafka refuses only when the producer is created is a configuration error
+         * as well: find it here, not in the relay's first turn. */
+        r = kafka_guard_probe(cfg, err, sizeof(err));
+        if (r < 0) {
                 fprintf(stderr, "<3>outbox-relay: %s\n", err);
                 config_free(cfg);
                 free(cfg);
-                return EX_CONFIG;
+                return r == -EINVAL ? EX_CONFIG : 1;
         }
-        rd_kafka_conf_destroy(kconf);
         if (check) {
                 printf("%s: configuration is valid\n", path);
                 config_free(cfg);
@@ -102,8 +108,8 @@ int main(int argc, char **argv) {
         }
         r = relay_run(&relay);
         relay_done(&relay);
-        if (r == -EINVAL)
-                return EX_CONFIG;
+        /* The configuration was checked above: whatever fails from here on (the producer
+         * included) gets 1, and systemd restarts the relay. */
         if (r < 0) {
                 if (r == -ECANCELED)
                         log_notice("second stop signal: rolled back, exiting without draining");

@@ -1,4 +1,4 @@
-/* test_config.c -- Unit tests of the configuration loader (src/config.c). */
+/* test_config.c -- Unit tests of the configuration modules (src/config.c, conninfo.c, kafka_guard.c). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +15,8 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "conninfo.h"
+#include "kafka_guard.h"
 #include "log.h"
 
 #define KAFKA_OK "kafka = { bootstrap_servers = \"127.0.0.1:9092\"; };\n"
@@ -999,6 +1001,235 @@ static void test_conninfo_errors_hide_password(void **state) {
         }
 }
 
+/* conninfo_check(): what libpq's parser accepts but libpq refuses when it connects. */
+static void test_conninfo_check(void **state) {
+        static const struct {
+                const char *in;
+                const char *want; /* NULL: accepted; else the whole message */
+        } cases[] = {
+                {"", NULL},
+                {"host=db1 dbname=app", NULL},
+                {"host=db1 port=5432", NULL},
+                {"host=db1 port=1", NULL},
+                {"host=db1 port=65535", NULL},
+                {"host=db1 port=' 5432 '", NULL}, /* libpq skips white space around a number */
+                {"host=db1 port=''", NULL},       /* empty: the default port */
+                {"host=a,b port=5432", NULL},     /* one port for every host */
+                {"host=a,b port=5432,5433", NULL},
+                {"host=a,b port=5432,", NULL}, /* an empty element is the default port */
+                {"hostaddr=10.0.0.1,10.0.0.2 port=1,2", NULL},
+                {"host=a,b hostaddr=10.0.0.1,10.0.0.2", NULL},
+                {"postgresql://u:pw@127.0.0.1:5433/x", NULL},
+                {"postgresql://h1:5432,h2:5433/db", NULL},
+                {"postgresql://h1,h2/db", NULL},
+                {"postgresql://h/db?port=", NULL},
+                {"connect_timeout=10 keepalives=1 keepalives_idle=30 keepalives_interval=5 "
+                 "keepalives_count=3 tcp_user_timeout=10000",
+                 NULL},
+                {"connect_timeout=-1", NULL}, /* libpq: no timeout */
+                {"host=db1 port=notaport",
+                 "invalid connection string: port must be 1..65535 (got \"host=db1 port=notaport\")"},
+                {"postgresql://u:pw@127.0.0.1:notaport/x",
+                 "invalid connection string: port must be 1..65535 (got "
+                 "\"postgresql://u:***@127.0.0.1:notaport/x\")"},
+                {"postgresql://h/db?port=x&password=pw",
+                 "invalid connection string: port must be 1..65535 (got "
+                 "\"postgresql://h/db?port=x&password=***\")"},
+                {"host=db1 port=0", "invalid connection string: port must be 1..65535 (got \"host=db1 port=0\")"},
+                {"host=db1 port=65536", "invalid connection string: port must be 1..65535 (got \"host=db1 port=65536\")"},
+                {"host=db1 port=-1", "invalid connection string: port must be 1..65535 (got \"host=db1 port=-1\")"},
+                {"host=db1 port=5432x", "invalid connection string: port must be 1..65535 (got \"host=db1 port=5432x\")"},
+                {"host=db1 port=' '", "invalid connection string: port must be 1..65535 (got \"host=db1 port=' '\")"},
+                {"host=db1 port=99999999999",
+                 "invalid connection string: port must be 1..65535 (got \"host=db1 port=99999999999\")"},
+                {"host=a,b port=5432,x", "invalid connection string: port must be 1..65535 (got \"host=a,b port=5432,x\")"},
+                {"postgresql://h1:5432,h2:x/db",
+                 "invalid connection string: port must be 1..65535 (got \"postgresql://h1:5432,h2:x/db\")"},
+                {"host=a,b,c port=1,2",
+                 "invalid connection string: 2 ports for 3 hosts; give one port, or one per host (got "
+                 "\"host=a,b,c port=1,2\")"},
+                {"host=a port=1,",
+                 "invalid connection string: 2 ports for 1 hosts; give one port, or one per host (got "
+                 "\"host=a port=1,\")"},
+                {"hostaddr=10.0.0.1,10.0.0.2 host=a",
+                 "invalid connection string: 1 host names for 2 hostaddr values; give one per address "
+                 "(got \"hostaddr=10.0.0.1,10.0.0.2 host=a\")"},
+                {"host=db1 connect_timeout=10s",
+                 "invalid connection string: connect_timeout must be an integer (got \"host=db1 "
+                 "connect_timeout=10s\")"},
+                {"keepalives=yes", "invalid connection string: keepalives must be an integer (got \"keepalives=yes\")"},
+                {"keepalives_idle=''", "invalid connection string: keepalives_idle must be an integer (got \"keepalives_idle=''\")"},
+                {"keepalives_interval=x", "invalid connection string: keepalives_interval must be an integer (got \"keepalives_interval=x\")"},
+                {"keepalives_count=1.5", "invalid connection string: keepalives_count must be an integer (got \"keepalives_count=1.5\")"},
+                {"password=pw tcp_user_timeout=5000000000",
+                 "invalid connection string: tcp_user_timeout must be an integer (got \"password=*** "
+                 "tcp_user_timeout=5000000000\")"},
+                /* what libpq's parser refuses is reported as before */
+                {"host=x bogus=1",
+                 "invalid connection string: invalid connection option \"bogus\" (got \"host=x bogus=***\")"},
+                {"host=db1 password='pw", "invalid connection string (in a password value) (got \"host=db1 password=***\")"},
+        };
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                char msg[512] = "";
+                int r = conninfo_check(cases[i].in, msg, sizeof(msg));
+
+                if (!cases[i].want) {
+                        if (r != 0)
+                                fail_msg("conninfo_check(%s) = %d (%s), want 0", cases[i].in, r, msg);
+                } else if (r != -EINVAL || strcmp(msg, cases[i].want) != 0)
+                        fail_msg("conninfo_check(%s) = %d\n  got  %s\n  want %s", cases[i].in, r, msg,
+                                 cases[i].want);
+        }
+        /* at load time, with the setting's line, and never the password */
+        expect_error("postgres = {\n  conninfo = \"postgresql://u:hunter2@127.0.0.1:notaport/x\";\n};\n" KAFKA_OK, 2,
+                     "postgres.conninfo: invalid connection string: port must be 1..65535 (got "
+                     "\"postgresql://u:***@127.0.0.1:notaport/x\")");
+        expect_error("postgres = {\n  conninfo = \"host=db1 password=hunter2 port=notaport\";\n};\n" KAFKA_OK, 2,
+                     "postgres.conninfo: invalid connection string: port must be 1..65535 (got "
+                     "\"host=db1 password=*** port=notaport\")");
+}
+
+/* ---- the producer probe ------------------------------------------------------------------- */
+
+static void test_kafka_probe(void **state) {
+        char dir[] = "/tmp/test_config_probe_XXXXXX", main_path[256], inc_path[256], err[1024], want[600];
+        struct relay_config c;
+        FILE *f;
+
+        (void)state;
+        /* a file that loads, and a producer librdkafka creates */
+        load_ok("relay = { batch_size = 5; };\n" KAFKA_OK, &c);
+        assert_int_equal(c.kafka.line, 2);
+        assert_null(c.kafka.file);
+        err[0] = 0;
+        if (kafka_guard_probe(&c, err, sizeof(err)) != 0)
+                fail_msg("%s", err);
+        config_free(&c);
+
+        /* each property is fine alone; rd_kafka_new() refuses the pair: the group's line */
+        load_ok("relay = { batch_size = 5; };\n\nkafka = {\n  bootstrap_servers = \"k:1\";\n"
+                "  linger_ms = 40000;\n};\n",
+                &c);
+        assert_int_equal(c.kafka.line, 3);
+        assert_int_equal(kafka_guard_probe(&c, err, sizeof(err)), -EINVAL);
+        snprintf(want, sizeof(want),
+                 "%s:3: kafka: cannot create the producer: `message.timeout.ms` must be greater than "
+                 "`linger.ms`",
+                 c.file);
+        assert_string_equal(err, want);
+        config_free(&c);
+
+        /* a kafka group from an included file is blamed on that file */
+        assert_non_null(mkdtemp(dir));
+        snprintf(main_path, sizeof(main_path), "%s/main.conf", dir);
+        snprintf(inc_path, sizeof(inc_path), "%s/kafka.inc", dir);
+        f = fopen(main_path, "w");
+        assert_non_null(f);
+        fputs("relay = { batch_size = 5; };\n@include \"kafka.inc\"\n", f);
+        fclose(f);
+        f = fopen(inc_path, "w");
+        assert_non_null(f);
+        fputs("# included\nkafka = {\n  bootstrap_servers = \"k:1\";\n  linger_ms = 40000;\n};\n", f);
+        fclose(f);
+        memset(&c, 0, sizeof(c));
+        assert_int_equal(config_load(main_path, &c, err, sizeof(err)), 0);
+        assert_string_equal(c.kafka.file, inc_path);
+        assert_int_equal(kafka_guard_probe(&c, err, sizeof(err)), -EINVAL);
+        snprintf(want, sizeof(want), "%s:2: kafka: cannot create the producer: ", inc_path);
+        assert_memory_equal(err, want, strlen(want));
+        config_free(&c);
+        unlink(inc_path);
+        unlink(main_path);
+        rmdir(dir);
+}
+
+/* ---- SIGHUP: restart-only settings -------------------------------------------------------- */
+
+#define RUNNING_CONF                                                                               \
+        "postgres = { conninfo = \"host=db1\"; table = \"s.outbox\"; channel = \"ch1\"; };\n"     \
+        "relay = { batch_timeout = \"30s\"; batch_size = 10; };\n"                                \
+        "kafka = { bootstrap_servers = \"k1:9092\"; linger_ms = 7; };\n"
+#define NEXT_CONF                                                                                  \
+        "postgres = { conninfo = \"host=db2\"; table = \"s.outbox2\"; channel = \"ch1\"; };\n"    \
+        "relay = { batch_timeout = \"40s\"; batch_size = 20; };\n"                                \
+        "kafka = { bootstrap_servers = \"k2:9092\"; };\n"
+
+static void test_keep_restart_only(void **state) {
+        struct relay_config running, next;
+        char changed[256];
+
+        (void)state;
+        load_ok(RUNNING_CONF, &running);
+        load_ok(NEXT_CONF, &next);
+        assert_int_equal(config_keep_restart_only(&running, &next, changed, sizeof(changed)), 4);
+        assert_string_equal(changed, "postgres.conninfo, postgres.table, relay.batch_timeout, kafka.*");
+        assert_string_equal(next.postgres.conninfo, "host=db1");
+        assert_string_equal(next.postgres.table, "s.outbox");
+        assert_int_equal(next.relay.batch_timeout, 30 * USEC_PER_SEC);
+        assert_int_equal(next.relay.batch_size, 20); /* reloadable: the new value */
+        assert_int_equal(next.kafka.n_props, 2);
+        assert_string_equal(next.kafka.props[1].name, "linger.ms");
+        assert_string_equal(next.kafka.props[1].setting, "linger_ms");
+        assert_string_equal(next.kafka.props[1].value, "7");
+        assert_int_equal(next.kafka.props[1].line, 3);
+        /* a second time nothing differs */
+        assert_int_equal(config_keep_restart_only(&running, &next, changed, sizeof(changed)), 0);
+        assert_string_equal(changed, "");
+        config_free(&running);
+        config_free(&next);
+}
+
+/* A dup() that fails once `dup_budget` copies have been made. */
+static int dup_budget;
+
+static char *failing_dup(const char *s) {
+        if (dup_budget <= 0)
+                return NULL;
+        dup_budget--;
+        return strdup(s);
+}
+
+/* Out of memory at any one copy: -ENOMEM, `next` exactly as loaded and freeable, `changed`
+ * empty. With enough memory the same call succeeds. */
+static void test_keep_restart_only_out_of_memory(void **state) {
+        struct relay_config running, next, fresh;
+        char changed[256];
+        int budget, r = -ENOMEM;
+
+        (void)state;
+        load_ok(RUNNING_CONF, &running);
+        for (budget = 0; budget < 100; budget++) {
+                load_ok(NEXT_CONF, &next);
+                load_ok(NEXT_CONF, &fresh);
+                dup_budget = budget;
+                strcpy(changed, "junk");
+                r = config_keep_restart_only_with(&running, &next, changed, sizeof(changed), failing_dup);
+                if (r >= 0) {
+                        config_free(&next);
+                        config_free(&fresh);
+                        break;
+                }
+                assert_int_equal(r, -ENOMEM);
+                assert_string_equal(changed, "");
+                assert_same_settings(&next, &fresh);
+                assert_int_equal(next.kafka.n_props, fresh.kafka.n_props);
+                for (size_t i = 0; i < next.kafka.n_props; i++) {
+                        assert_non_null(next.kafka.props[i].name);
+                        assert_string_equal(next.kafka.props[i].name, fresh.kafka.props[i].name);
+                        assert_string_equal(next.kafka.props[i].setting, fresh.kafka.props[i].setting);
+                        assert_string_equal(next.kafka.props[i].value, fresh.kafka.props[i].value);
+                }
+                config_free(&next);
+                config_free(&fresh);
+        }
+        assert_int_equal(r, 4);
+        /* two strings and three per property (two): each of the 8 copies failed once */
+        assert_int_equal(budget, 8);
+        config_free(&running);
+}
+
 static void test_err_buffer_small_or_null(void **state) {
         struct relay_config c;
         char err[16];
@@ -1043,6 +1274,10 @@ int main(void) {
                 cmocka_unit_test(test_kafka_bootstrap_required),
                 cmocka_unit_test(test_redact_conninfo),
                 cmocka_unit_test(test_conninfo_errors_hide_password),
+                cmocka_unit_test(test_conninfo_check),
+                cmocka_unit_test(test_kafka_probe),
+                cmocka_unit_test(test_keep_restart_only),
+                cmocka_unit_test(test_keep_restart_only_out_of_memory),
                 cmocka_unit_test(test_err_buffer_small_or_null),
         };
 
