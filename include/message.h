@@ -1,6 +1,7 @@
 /* message.h -- Row to Kafka message mapping and delivery-error classes; pure, no I/O. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,27 @@ enum outcome {
 };
 
 enum outcome message_classify(rd_kafka_resp_err_t err);
+
+/* How far a delivery error reaches beyond the message it was reported for. */
+enum error_scope {
+        SCOPE_MESSAGE, /* about this message (or a local check of it alone) */
+        SCOPE_REQUEST, /* a broker rejected a whole produce request: neighbours fail with it */
+        SCOPE_TOPIC,   /* about the topic itself (e.g. an invalid name): every row of it */
+};
+enum error_scope message_error_scope(rd_kafka_resp_err_t err);
+
+/* The syslog level for a client-level error from librdkafka's error callback: transient
+ * states every start goes through (the coordinator still loading) are not warnings. */
+int message_client_error_level(rd_kafka_resp_err_t err);
+
+/* The level for one of librdkafka's own log lines (level as librdkafka gives it): the
+ * transient start-up retries of the producer id (the coordinator still loading, the broker
+ * not ready) are information, not warnings; the rest keeps its level. */
+int message_log_level(int level, const char *fac, const char *text);
+
+/* Kafka's rule for topic names: 1..249 characters of [a-zA-Z0-9._-], neither "." nor "..".
+ * Returns NULL for a legal name, else why not (a static string). */
+const char *message_topic_invalid(const char *topic);
 const char *outcome_to_string(enum outcome o);
 
 /* Builds the header list for a row: the row's headers as expanded by the claim query

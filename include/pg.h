@@ -78,13 +78,22 @@ int pg_socket(const struct pg *pg);
  * (>= 0) or -ECONNRESET when the connection is gone. Never blocks. */
 int pg_consume_notifies(struct pg *pg);
 
-/* BEGIN and claim up to `limit` rows in id order, one round trip, leaving out the topics in
- * `skip_topics` and the keys in `skip_keys` (text[] literals such as {"a","b"}, NULL = none;
- * leaving out a key leaves out all its rows, so its order holds). The transaction stays open
- * (pg->in_tx) when rows came back; an empty claim is committed at once. -ECONNRESET: connection
- * lost; -ETIMEDOUT: deadline passed (the connection is then dropped). */
-int pg_claim(struct pg *pg, int limit, const char *skip_topics, const char *skip_keys,
-             struct pg_batch *b, usec_t deadline, char *err, size_t errsz);
+/* What a claim leaves out: whole topics, and single (topic, key) sequences (key_topics[i],
+ * keys[i]). Leaving out a (topic, key) leaves out all its rows, so its order holds. Borrowed. */
+struct pg_skip {
+        const char *const *topics;
+        size_t n_topics;
+        const char *const *key_topics;
+        const char *const *keys;
+        size_t n_keys;
+};
+
+/* BEGIN and claim up to `limit` rows in id order, one round trip, leaving out what `skip`
+ * names (NULL = nothing). The transaction stays open (pg->in_tx) when rows came back; an empty
+ * claim is committed at once. Every failure fills err. -ECONNRESET: connection lost;
+ * -ETIMEDOUT: deadline passed (the connection is then dropped); -EIO: a statement failed. */
+int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, struct pg_batch *b,
+             usec_t deadline, char *err, size_t errsz);
 void pg_batch_clear(struct pg_batch *b);
 
 /* Finishes the claimed rows and COMMITs, one round trip: deletes or marks `done`, records

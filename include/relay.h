@@ -24,6 +24,7 @@ struct relay_stats {
         uint64_t dead_lettered;
         uint64_t failed; /* row deliveries that failed and will be retried */
         uint64_t batches;
+        uint64_t overtaken; /* rows dead-lettered because a later row of their (topic, key) was in Kafka */
 };
 
 struct relay {
@@ -57,6 +58,9 @@ struct relay {
          * partitions do: not claimed for a growing while, so they do not block the rest. */
         struct pause_set paused_topics;
         struct pause_set paused_keys;
+        /* (topic, key) pairs a failed probe tried: the next probe tests others, so one broken
+         * partition does not keep the breaker open. Forgotten when the breaker closes. */
+        struct pause_set probe_keys;
 
         struct relay_stats stats;
         struct relay_stats last_summary;
@@ -71,3 +75,10 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
 int relay_run(struct relay *r);
 
 void relay_done(struct relay *r);
+
+/* For the batch cycle (cycle.c): serves the watchdog and announces a stop request; called
+ * wherever a batch waits. */
+void relay_serve(struct relay *r);
+
+/* The deadline a batch must keep: `deadline`, shortened to the drain timeout once stopping. */
+usec_t relay_deadline(const struct relay *r, usec_t deadline);

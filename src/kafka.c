@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "message.h"
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
         struct kafka *k = opaque;
@@ -35,6 +36,7 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) 
         }
         snprintf(k->last_error, sizeof(k->last_error), "%s: %s",
                  rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+        k->last_error_level = message_client_error_level((rd_kafka_resp_err_t)err);
         k->last_error_new = true;
 }
 
@@ -42,7 +44,7 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) 
  * arrive on librdkafka's threads, and log_msg() writes whole lines. */
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
         (void)rk;
-        log_msg(level < LOG_ERR ? LOG_ERR : level, "kafka: %s: %s", fac, buf);
+        log_msg(message_log_level(level, fac, buf), "kafka: %s: %s", fac, buf);
 }
 
 int kafka_open(struct kafka *k, rd_kafka_conf_t *conf, char *err, size_t errsz) {
@@ -53,7 +55,7 @@ int kafka_open(struct kafka *k, rd_kafka_conf_t *conf, char *err, size_t errsz) 
         rd_kafka_conf_set_log_cb(conf, on_log);
         k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errsz);
         if (!k->rk)
-                return -EINVAL;
+                return -EIO;
         return 0;
 }
 
@@ -65,25 +67,19 @@ void kafka_poll(struct kafka *k, int timeout_ms) {
 rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key,
                                   size_t key_len, const void *payload, size_t payload_len,
                                   int64_t timestamp_ms, rd_kafka_headers_t *headers,
-                                  struct kafka_delivery *d, usec_t deadline) {
-        memset(d, 0, sizeof(*d));
-        for (;;) {
-                rd_kafka_resp_err_t e = rd_kafka_producev(
-                        k->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
-                        RD_KAFKA_V_VALUE((void *)payload, payload_len),
-                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                        RD_KAFKA_V_TIMESTAMP(timestamp_ms), RD_KAFKA_V_HEADERS(headers),
-                        RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+                                  struct kafka_delivery *d) {
+        rd_kafka_resp_err_t e;
 
-                if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
-                        k->pending++;
-                        return e;
-                }
-                /* A full local queue is back-pressure, not an error: serve reports, try again. */
-                if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || now_usec() >= deadline)
-                        return e;
-                rd_kafka_poll(k->rk, 20);
-        }
+        memset(d, 0, sizeof(*d));
+        d->partition = RD_KAFKA_PARTITION_UA;
+        e = rd_kafka_producev(k->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
+                              RD_KAFKA_V_VALUE((void *)payload, payload_len),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_TIMESTAMP(timestamp_ms), RD_KAFKA_V_HEADERS(headers),
+                              RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+                k->pending++;
+        return e;
 }
 
 void kafka_flush(struct kafka *k, int timeout_ms) {

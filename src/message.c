@@ -18,6 +18,8 @@ enum outcome message_classify(rd_kafka_resp_err_t err) {
         case RD_KAFKA_RESP_ERR_INVALID_MSG:
         case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
         case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
+        /* "Invalid topic": the broker will never accept the name. */
+        case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
                 return OUTCOME_PERMANENT;
 
         /* The topic or the cluster refuses us: an operator must act, the rows wait. */
@@ -28,7 +30,6 @@ enum outcome message_classify(rd_kafka_resp_err_t err) {
         case RD_KAFKA_RESP_ERR__AUTHENTICATION:
         case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
         case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
-        case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
         case RD_KAFKA_RESP_ERR_TOPIC_DELETION_DISABLED:
         case RD_KAFKA_RESP_ERR_INVALID_REQUIRED_ACKS:
         case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
@@ -45,6 +46,59 @@ enum outcome message_classify(rd_kafka_resp_err_t err) {
         default:
                 return OUTCOME_TRANSIENT;
         }
+}
+
+enum error_scope message_error_scope(rd_kafka_resp_err_t err) {
+        switch (err) {
+        /* Broker-side checks fail the request the record travelled in, innocent neighbours
+         * included (librdkafka cannot say which record it was). */
+        case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+        case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+        case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+        case RD_KAFKA_RESP_ERR_INVALID_MSG:
+        case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
+        case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
+                return SCOPE_REQUEST;
+        case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+                return SCOPE_TOPIC;
+        default:
+                return SCOPE_MESSAGE;
+        }
+}
+
+int message_client_error_level(rd_kafka_resp_err_t err) {
+        switch (err) {
+        case RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS:
+        case RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE:
+        case RD_KAFKA_RESP_ERR_NOT_COORDINATOR:
+                return 6; /* LOG_INFO: the producer id is being fetched; librdkafka retries */
+        default:
+                return 4; /* LOG_WARNING */
+        }
+}
+
+int message_log_level(int level, const char *fac, const char *text) {
+        if (level > 3 && level < 6 && fac && text && strcmp(fac, "GETPID") == 0 &&
+            (strstr(text, "Coordinator load in progress") || strstr(text, "Coordinator not available") ||
+             strstr(text, "Not coordinator")))
+                return 6;
+        return level < 3 ? 3 : level;
+}
+
+const char *message_topic_invalid(const char *topic) {
+        size_t n = 0;
+
+        if (!topic || !*topic)
+                return "a topic name must not be empty";
+        for (const char *c = topic; *c; c++, n++)
+                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                      *c == '.' || *c == '_' || *c == '-'))
+                        return "a topic name may hold only ASCII letters, digits, '.', '_' and '-'";
+        if (n > 249)
+                return "a topic name may be at most 249 characters long";
+        if (strcmp(topic, ".") == 0 || strcmp(topic, "..") == 0)
+                return "a topic name cannot be '.' or '..'";
+        return NULL;
 }
 
 const char *outcome_to_string(enum outcome o) {

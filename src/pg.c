@@ -30,7 +30,8 @@ static const char claim_fmt[] =
         "      FROM jsonb_each(o.headers) h WHERE jsonb_typeof(h.value) <> 'string' LIMIT 1) END"
         " FROM %s o"
         " WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.topic <> ALL($2::text[])"
-        "   AND (o.key IS NULL OR o.key <> ALL($3::text[]))"
+        "   AND (o.key IS NULL OR cardinality($4::text[]) = 0 OR NOT EXISTS"
+        "        (SELECT 1 FROM unnest($3::text[], $4::text[]) s(t, k) WHERE s.t = o.topic AND s.k = o.key))"
         " ORDER BY o.id LIMIT $1"
         " FOR UPDATE SKIP LOCKED";
 
@@ -487,13 +488,55 @@ void pg_batch_clear(struct pg_batch *b) {
         memset(b, 0, sizeof(*b));
 }
 
-int pg_claim(struct pg *pg, int limit, const char *skip_topics, const char *skip_keys,
-             struct pg_batch *b, usec_t deadline, char *err, size_t errsz) {
+/* A text[] literal ({"a","b\"c"}) of n strings; the caller frees it. NULL without memory. */
+static char *text_array(const char *const *v, size_t n) {
+        size_t cap = 3, len = 0;
+        char *out;
+
+        for (size_t i = 0; i < n; i++)
+                cap += 2 * strlen(v[i]) + 3;
+        out = malloc(cap);
+        if (!out)
+                return NULL;
+        out[len++] = '{';
+        for (size_t i = 0; i < n; i++) {
+                if (i)
+                        out[len++] = ',';
+                out[len++] = '"';
+                for (const char *c = v[i]; *c; c++) {
+                        if (*c == '"' || *c == '\\')
+                                out[len++] = '\\';
+                        out[len++] = *c;
+                }
+                out[len++] = '"';
+        }
+        out[len++] = '}';
+        out[len] = 0;
+        return out;
+}
+
+int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, struct pg_batch *b,
+             usec_t deadline, char *err, size_t errsz) {
+        static const struct pg_skip none = {0};
         char lim[16];
-        const char *params[3] = {lim, skip_topics ? skip_topics : "{}", skip_keys ? skip_keys : "{}"};
+        _cleanup_free_ char *topics = NULL, *key_topics = NULL, *keys = NULL;
+        const char *params[4];
         PGresult *res = NULL;
         int r;
 
+        if (!skip)
+                skip = &none;
+        topics = text_array(skip->topics, skip->n_topics);
+        key_topics = text_array(skip->key_topics, skip->n_keys);
+        keys = text_array(skip->keys, skip->n_keys);
+        if (!topics || !key_topics || !keys) {
+                set_err(err, errsz, "claim", "out of memory");
+                return -ENOMEM;
+        }
+        params[0] = lim;
+        params[1] = topics;
+        params[2] = key_topics;
+        params[3] = keys;
         memset(b, 0, sizeof(*b));
         if (!pg_connected(pg))
                 return -ECONNRESET;
@@ -502,7 +545,7 @@ int pg_claim(struct pg *pg, int limit, const char *skip_topics, const char *skip
          * transaction (and the row locks) open past the sync. */
         if (!PQenterPipelineMode(pg->conn) ||
             !PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
-            !PQsendQueryParams(pg->conn, pg->sql_claim, 3, NULL, params, NULL, NULL, 1) ||
+            !PQsendQueryParams(pg->conn, pg->sql_claim, 4, NULL, params, NULL, NULL, 1) ||
             !PQpipelineSync(pg->conn)) {
                         return fail_conn(pg, -ECONNRESET, err, errsz, "claim");
         }

@@ -8,38 +8,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cycle.h"
 #include "log.h"
-#include "message.h"
 
 /* The longest the loop sleeps, so signals and the watchdog are served promptly. */
 #define LOOP_SLICE (200 * USEC_PER_MSEC)
 #define RETENTION_BATCH 1000
 #define RETENTION_EVERY (10 * USEC_PER_SEC)
-
-/* Per-row bookkeeping of one batch. */
-struct slot {
-        struct kafka_delivery d;
-        enum outcome outcome;
-        bool produced; /* handed to librdkafka: its delivery report decides */
-        bool skipped;  /* not produced (an earlier row of its key failed): stays pending, untouched */
-        char reason[256];
-};
-
-struct batch {
-        struct pg_batch rows;
-        struct slot *slots;
-        int64_t *done;
-        struct pg_failure *fails;
-        size_t n_done, n_fails;
-};
-
-static void batch_free(struct batch *b) {
-        pg_batch_clear(&b->rows);
-        free(b->slots);
-        free(b->done);
-        free(b->fails);
-        memset(b, 0, sizeof(*b));
-}
 
 static void free_config(struct relay_config *c) {
         config_free(c);
@@ -86,6 +61,8 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
         pause_set_init(&r->paused_keys, cfg->relay.batch_timeout / 2, 300 * USEC_PER_SEC);
         /* The claim compares every scanned row with the paused keys: keep the list bounded. */
         r->paused_keys.max = 10000;
+        pause_set_init(&r->probe_keys, cfg->breaker.cooldown_max, cfg->breaker.cooldown_max);
+        r->probe_keys.max = 1000;
         r->state = RELAY_CONNECTING;
         return 0;
 }
@@ -98,6 +75,7 @@ void relay_done(struct relay *r) {
         breaker_done(&r->breaker);
         pause_set_done(&r->paused_topics);
         pause_set_done(&r->paused_keys);
+        pause_set_done(&r->probe_keys);
         free_config(r->cfg);
         r->cfg = NULL;
 }
@@ -157,447 +135,16 @@ static void relay_stopping(struct relay *r) {
                   (double)r->cfg->relay.drain_timeout / USEC_PER_SEC);
 }
 
-/* The deadline a batch must keep: its own, shortened to the drain timeout once stopping. */
-static usec_t batch_deadline(struct relay *r, usec_t deadline) {
-        if (r->sig->stop) {
-                relay_stopping(r);
-                if (r->stop_at + r->cfg->relay.drain_timeout < deadline)
-                        return r->stop_at + r->cfg->relay.drain_timeout;
-        }
+usec_t relay_deadline(const struct relay *r, usec_t deadline) {
+        if (r->stop_at && r->stop_at + r->cfg->relay.drain_timeout < deadline)
+                return r->stop_at + r->cfg->relay.drain_timeout;
         return deadline;
 }
 
-/* Serves delivery reports until none is outstanding or the deadline passes; then purges what
- * is left (its reports arrive as purge errors, i.e. transient failures). */
-static void await_deliveries(struct relay *r, usec_t deadline) {
-        while (r->kafka.pending > 0 && !r->sig->hard_stop && !r->kafka.fatal) {
-                usec_t now = now_usec(), d = batch_deadline(r, deadline);
-
-                if (now >= d)
-                        break;
-                kafka_flush(&r->kafka, (int)((d - now) / USEC_PER_MSEC > 100 ? 100 : (d - now) / USEC_PER_MSEC + 1));
-                notify_watchdog(&r->notifier, now_usec());
-        }
-        if (r->kafka.pending > 0)
-                kafka_purge(&r->kafka);
-}
-
-static bool key_equal(const struct pg_row *a, const struct pg_row *b) {
-        return a->key && b->key && a->key_len == b->key_len && memcmp(a->key, b->key, a->key_len) == 0;
-}
-
-/* Produces row i into its slot. Returns the synchronous outcome (OK = enqueued). */
-static enum outcome produce_row(struct relay *r, struct batch *b, size_t i, usec_t deadline) {
-        const struct pg_row *row = &b->rows.rows[i];
-        struct slot *s = &b->slots[i];
-        rd_kafka_headers_t *h = NULL;
-        rd_kafka_resp_err_t e;
-
-        if (message_headers(row->headers, row->headers_len, row->id, &h) < 0) {
-                snprintf(s->reason, sizeof(s->reason), "headers could not be expanded");
-                return OUTCOME_PERMANENT;
-        }
-        e = kafka_produce(&r->kafka, row->topic, row->key, row->key_len, row->payload,
-                          row->payload_len, row->timestamp_ms, h, &s->d, deadline);
-        if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-                rd_kafka_headers_destroy(h);
-                snprintf(s->reason, sizeof(s->reason), "Kafka refused the message: %s (%s)",
-                         rd_kafka_err2str(e), rd_kafka_err2name(e));
-                return message_classify(e) == OUTCOME_OK ? OUTCOME_TRANSIENT : message_classify(e);
-        }
-        s->produced = true;
-        return OUTCOME_OK;
-}
-
-/* Is there an earlier row of row i's key in the batch that is neither delivered nor dead? */
-static bool earlier_pending(const struct batch *b, size_t i) {
-        const struct pg_row *row = &b->rows.rows[i];
-
-        for (size_t j = 0; row->key && j < i; j++) {
-                const struct slot *e = &b->slots[j];
-
-                if (key_equal(row, &b->rows.rows[j]) &&
-                    (e->skipped || (e->outcome != OUTCOME_OK && e->outcome != OUTCOME_PERMANENT)))
-                        return true;
-        }
-        return false;
-}
-
-/* A broker-side rejection (e.g. MSG_SIZE_TOO_LARGE from the topic's own limit) fails every
- * message of the produce request, innocent neighbours included. Send each suspect alone: only
- * a row that fails on its own is dead-lettered. */
-static void isolate_suspects(struct relay *r, struct batch *b, usec_t deadline) {
-        size_t produced = 0, suspects = 0;
-
-        for (size_t i = 0; i < b->rows.n; i++) {
-                produced += b->slots[i].produced;
-                suspects += b->slots[i].produced && b->slots[i].outcome == OUTCOME_PERMANENT;
-        }
-        if (suspects == 0 || produced == 1)
-                return;
-        for (size_t i = 0; i < b->rows.n && !r->sig->hard_stop; i++) {
-                struct slot *s = &b->slots[i];
-                enum outcome o;
-
-                if (!s->produced || s->outcome != OUTCOME_PERMANENT)
-                        continue;
-                if (earlier_pending(b, i)) {
-                        /* Sending it now would overtake an earlier row of its key that is
-                         * still to be delivered: leave it for a later batch, untouched. */
-                        s->skipped = true;
-                        continue;
-                }
-                o = produce_row(r, b, i, deadline);
-                if (o != OUTCOME_OK) {
-                        s->produced = false;
-                        s->outcome = o;
-                        continue;
-                }
-                await_deliveries(r, deadline);
-                s->outcome = message_classify(s->d.err);
-                if (s->outcome != OUTCOME_OK)
-                        snprintf(s->reason, sizeof(s->reason), "delivery failed: %s (%s)",
-                                 rd_kafka_err2str(s->d.err), rd_kafka_err2name(s->d.err));
-        }
-}
-
-/* Stops claiming a topic Kafka refuses, for a growing while, and says so once per pause. */
-static void pause_topic(struct relay *r, const char *topic, const char *reason) {
-        usec_t wait = pause_set_add(&r->paused_topics, topic, now_usec());
-        char field[300];
-        const char *fields[] = {field, NULL};
-
-        if (!wait)
-                return; /* already paused by an earlier row of this batch */
-        snprintf(field, sizeof(field), "OUTBOX_TOPIC=%s", topic);
-        log_event(LOG_ERR, LOG_EV_KAFKA_ERROR, fields,
-                  "topic '%s' refused by Kafka (%s); its rows stay pending, other topics go on; "
-                  "trying the topic again in %.0fs",
-                  topic, reason, (double)wait / USEC_PER_SEC);
-}
-
-/* Topics and keys that were delivered again are forgotten, so a later pause starts short. */
-static void unpause_delivered(struct relay *r, const struct batch *b) {
-        for (size_t j = 0; j < b->rows.n; j++) {
-                const struct pg_row *row = &b->rows.rows[j];
-
-                if (b->slots[j].outcome != OUTCOME_OK || b->slots[j].skipped)
-                        continue;
-                if (r->paused_topics.n && pause_set_forget(&r->paused_topics, row->topic))
-                        log_notice("topic '%s' accepted by Kafka again", row->topic);
-                if (r->paused_keys.n && row->key)
-                        pause_set_forget(&r->paused_keys, row->key);
-        }
-}
-
-/* Where deliveries succeeded in this batch: (topic, partition) pairs, few in practice. */
-struct delivered_at {
-        const char *topic;
-        int32_t partition;
-};
-
-static bool delivered_to(const struct delivered_at *d, size_t n, const char *topic, int32_t partition) {
-        for (size_t i = 0; i < n; i++)
-                if ((partition == RD_KAFKA_PARTITION_UA || d[i].partition == partition) &&
-                    strcmp(d[i].topic, topic) == 0)
-                        return true;
-        return false;
-}
-
-/* Sorts the outcomes into rows to finish and failures to record. A transient failure is the
- * row's own (it spends an attempt) only when other messages reached the same partition of the
- * same topic in this batch. A topic none of whose messages went through while other topics'
- * did is refused as a whole (unknown topic, no partitions, …): it is paused, its rows spend
- * nothing. When nothing went through at all, Kafka is the problem: the breaker's business. */
-static int settle(struct relay *r, struct batch *b, size_t *n_ok, size_t *n_transient,
-                  const char **first_error) {
-        size_t n = b->rows.n, ok = 0, transient = 0, n_at = 0, keys_paused = 0;
-        usec_t key_wait = 0;
-        const char *key_reason = NULL, *key_topic = NULL;
-        _cleanup_free_ struct delivered_at *at = calloc(n + 1, sizeof(*at));
-        bool any_ok;
-
-        b->done = calloc(n, sizeof(*b->done));
-        b->fails = calloc(n, sizeof(*b->fails));
-        if (!b->done || !b->fails || !at)
-                return -ENOMEM;
-        for (size_t i = 0; i < n; i++) {
-                const struct slot *s = &b->slots[i];
-
-                if (s->outcome != OUTCOME_OK || s->skipped)
-                        continue;
-                ok++;
-                if (!delivered_to(at, n_at, b->rows.rows[i].topic, s->d.partition))
-                        at[n_at++] = (struct delivered_at){b->rows.rows[i].topic, s->d.partition};
-        }
-        /* A row that failed while others in its batch went through failed on its own and
-         * spends an attempt; when nothing went through, Kafka is the problem, not the row. */
-        any_ok = ok > 0;
-        *first_error = NULL;
-        for (size_t i = 0; i < n; i++) {
-                const struct pg_row *row = &b->rows.rows[i];
-                struct slot *s = &b->slots[i];
-                struct pg_failure *f;
-
-                if (s->skipped)
-                        continue;
-                if (s->outcome == OUTCOME_OK) {
-                        b->done[b->n_done++] = row->id;
-                        continue;
-                }
-                f = &b->fails[b->n_fails++];
-                f->id = row->id;
-                f->reason = s->reason;
-                switch (s->outcome) {
-                case OUTCOME_PERMANENT:
-                        f->attempts_inc = 1;
-                        f->dead = true;
-                        break;
-                case OUTCOME_TRANSIENT:
-                        if (any_ok && !delivered_to(at, n_at, row->topic, RD_KAFKA_PARTITION_UA)) {
-                                /* The whole topic failed while others went through. */
-                                f->attempts_inc = 0;
-                                f->dead = false;
-                                pause_topic(r, row->topic, s->reason);
-                                break;
-                        }
-                        if ((any_ok && s->produced && s->d.partition != RD_KAFKA_PARTITION_UA &&
-                             !delivered_to(at, n_at, row->topic, s->d.partition)) ||
-                            (!any_ok && row->key && pause_set_known(&r->paused_keys, row->key))) {
-                                /* Its partition took nothing while the topic's others did: a
-                                 * partition outage. Hold the key back so the oldest rows
-                                 * (all of that partition, soon) do not block the rest. A key
-                                 * held back before that fails again when its pause ran out
-                                 * is the same outage, even in a batch of only such keys. */
-                                usec_t w = row->key ? pause_set_add(&r->paused_keys, row->key, now_usec()) : 0;
-
-                                f->attempts_inc = 0;
-                                f->dead = false;
-                                if (w) {
-                                        keys_paused++;
-                                        key_wait = w > key_wait ? w : key_wait;
-                                        key_reason = s->reason;
-                                        key_topic = row->topic;
-                                }
-                                break;
-                        }
-                        transient++;
-                        /* The relay's own purges (deadline, drain) are never the row's fault. */
-                        f->attempts_inc =
-                                any_ok && s->produced && s->d.reported &&
-                                s->d.err != RD_KAFKA_RESP_ERR__PURGE_QUEUE &&
-                                s->d.err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT &&
-                                delivered_to(at, n_at, row->topic, s->d.partition) ? 1 : 0;
-                        f->dead = f->attempts_inc && row->attempts + 1 >= r->cfg->relay.max_attempts;
-                        if (f->dead)
-                                snprintf(s->reason + strlen(s->reason),
-                                         sizeof(s->reason) - strlen(s->reason),
-                                         "; failed %d times on its own", row->attempts + 1);
-                        break;
-                default: /* configuration fault: not the row's, not Kafka's availability */
-                        f->attempts_inc = 0;
-                        f->dead = false;
-                        pause_topic(r, row->topic, s->reason);
-                        break;
-                }
-                if (!f->dead && !*first_error)
-                        *first_error = s->reason;
-        }
-        {
-                /* A failed row whose later same-key row was acknowledged: Kafka now has them out
-                 * of order. Nothing can undo it; say so. */
-                size_t overtaken = 0;
-
-                for (size_t i = 0; ok && i < n; i++) {
-                        const struct slot *s = &b->slots[i];
-
-                        if (s->skipped || s->outcome == OUTCOME_OK || s->outcome == OUTCOME_PERMANENT ||
-                            !b->rows.rows[i].key)
-                                continue;
-                        for (size_t j = i + 1; j < n; j++)
-                                if (b->slots[j].outcome == OUTCOME_OK && !b->slots[j].skipped &&
-                                    key_equal(&b->rows.rows[i], &b->rows.rows[j])) {
-                                        overtaken++;
-                                        break;
-                                }
-                }
-                if (overtaken)
-                        log_warning("per-key order not kept for %zu rows: a later row of their key was "
-                                    "acknowledged although they failed; they follow in a later batch",
-                                    overtaken);
-        }
-        if (keys_paused)
-                log_warning("a partition of topic '%s' takes no messages (%s) while others do: "
-                            "holding back %zu keys for up to %.0fs, the rest goes on",
-                            key_topic, key_reason, keys_paused, (double)key_wait / USEC_PER_SEC);
-        *n_ok = ok;
-        *n_transient = transient;
-        return 0;
-}
-
-/* One claim -> publish -> finish cycle. Returns the number of rows claimed, or -errno:
- * -ECONNRESET/-ETIMEDOUT (database), -EAGAIN (nothing delivered, retry later),
- * -ECANCELED (hard stop), -ENOTRECOVERABLE (fatal producer error). */
-static int relay_batch(struct relay *r, usec_t now, int limit) {
-        struct batch b = {0};
-        usec_t deadline = now + r->cfg->relay.batch_timeout;
-        /* Publishing may use the batch deadline less a reserve for the finish: a batch whose
-         * deliveries ran to the deadline must still be able to record them and commit. */
-        usec_t reserve = r->cfg->relay.batch_timeout / 4 < 5 * USEC_PER_SEC
-                                 ? r->cfg->relay.batch_timeout / 4
-                                 : 5 * USEC_PER_SEC;
-        usec_t publish_deadline = deadline - reserve;
-        char err[512];
-        const char *first_error;
-        size_t n_ok = 0, n_transient = 0, held = 0;
-        _cleanup_free_ char *skip_topics = pause_set_literal(&r->paused_topics, now);
-        _cleanup_free_ char *skip_keys = pause_set_literal(&r->paused_keys, now);
-        int ret;
-
-        if (!skip_topics || !skip_keys)
-                return -ENOMEM;
-        ret = pg_claim(&r->pg, limit, skip_topics, skip_keys, &b.rows, deadline, err, sizeof(err));
-        if (ret < 0) {
-                log_warning("claiming rows failed: %s", err);
-                return ret; /* -EIO: a statement failed; the database's trouble, not Kafka's */
-        }
-        if (b.rows.n == 0)
-                return 0;
-        b.slots = calloc(b.rows.n, sizeof(*b.slots));
-        if (!b.slots) {
-                ret = -ENOMEM;
-                goto rollback;
-        }
-        /* Every row starts as "left alone": only a row that was really handled below can be
-         * finished, whatever path the loop leaves by. */
-        for (size_t i = 0; i < b.rows.n; i++) {
-                b.slots[i].skipped = true;
-                b.slots[i].outcome = OUTCOME_TRANSIENT;
-        }
-
-        for (size_t i = 0; i < b.rows.n && !r->sig->hard_stop; i++) {
-                const struct pg_row *row = &b.rows.rows[i];
-                struct slot *s = &b.slots[i];
-
-                s->skipped = false;
-                if (row->map_error) {
-                        s->outcome = OUTCOME_PERMANENT;
-                        snprintf(s->reason, sizeof(s->reason), "%s", row->map_error);
-                        continue;
-                }
-                /* Per-key order: once a row of a key is held back, so are its successors. Rows
-                 * are rarely held back, so the scan is rarely needed. */
-                for (size_t j = 0; held && j < i && row->key; j++)
-                        if (!b.slots[j].produced && b.slots[j].outcome != OUTCOME_PERMANENT &&
-                            key_equal(row, &b.rows.rows[j])) {
-                                s->skipped = true;
-                                break;
-                        }
-                if (s->skipped)
-                        continue;
-                s->outcome = produce_row(r, &b, i, batch_deadline(r, publish_deadline));
-                if (s->outcome == OUTCOME_FATAL) {
-                        r->kafka.fatal = true; /* the error callback may not have run yet */
-                        break;
-                }
-                held += s->outcome != OUTCOME_OK && s->outcome != OUTCOME_PERMANENT;
-        }
-        kafka_poll(&r->kafka, 0);
-        await_deliveries(r, publish_deadline);
-        if (r->kafka.pending > 0) {
-                /* Reports still due after the purge would write into this batch's slots: keep
-                 * them alive (never freed), roll back and exit for a restart. */
-                log_error("%zu delivery reports missing after purging; exiting for a restart",
-                          r->kafka.pending);
-                b.slots = NULL;
-                ret = -ENOTRECOVERABLE;
-                goto rollback;
-        }
-        if (r->sig->hard_stop) {
-                ret = -ECANCELED;
-                goto rollback;
-        }
-        if (r->kafka.fatal) {
-                ret = -ENOTRECOVERABLE;
-                goto rollback;
-        }
-        for (size_t i = 0; i < b.rows.n; i++) {
-                struct slot *s = &b.slots[i];
-
-                if (!s->produced)
-                        continue;
-                if (!s->d.reported) {
-                        s->outcome = OUTCOME_TRANSIENT;
-                        snprintf(s->reason, sizeof(s->reason), "no delivery report");
-                        continue;
-                }
-                s->outcome = message_classify(s->d.err);
-                if (s->outcome == OUTCOME_FATAL) {
-                        ret = -ENOTRECOVERABLE;
-                        goto rollback;
-                }
-                if (s->outcome != OUTCOME_OK)
-                        snprintf(s->reason, sizeof(s->reason), "delivery failed: %s (%s)",
-                                 rd_kafka_err2str(s->d.err), rd_kafka_err2name(s->d.err));
-        }
-        isolate_suspects(r, &b, publish_deadline);
-        if (r->sig->hard_stop) {
-                ret = -ECANCELED;
-                goto rollback;
-        }
-
-        ret = settle(r, &b, &n_ok, &n_transient, &first_error);
-        if (ret < 0)
-                goto rollback;
-        /* While stopping, the finish gets the drain timeout plus the grace announced to
-         * systemd (EXTEND_TIMEOUT_USEC), not the whole batch deadline. */
-        if (r->stop_at && r->stop_at + r->cfg->relay.drain_timeout + 5 * USEC_PER_SEC < deadline)
-                deadline = r->stop_at + r->cfg->relay.drain_timeout + 5 * USEC_PER_SEC;
-        ret = pg_finish(&r->pg, b.done, b.n_done, b.fails, b.n_fails, deadline, err, sizeof(err));
-        if (ret < 0) {
-                /* Nothing was marked: every row stays pending and is published again (the
-                 * duplicates the design allows after a lost connection). */
-                log_warning("finishing a batch of %zu rows failed, they stay pending: %s",
-                            b.rows.n, err);
-                if (r->pg.in_tx)
-                        pg_rollback(&r->pg, now_usec() + 5 * USEC_PER_SEC);
-                batch_free(&b);
-                return ret;
-        }
-
-        r->stats.batches++;
-        r->stats.published += b.n_done;
-        for (size_t i = 0; i < b.n_fails; i++) {
-                const struct pg_failure *f = &b.fails[i];
-
-                if (f->dead) {
-                        char id[48], reason[300];
-                        const char *fields[] = {id, reason, NULL};
-
-                        snprintf(id, sizeof(id), "OUTBOX_ROW_ID=%" PRId64, f->id);
-                        snprintf(reason, sizeof(reason), "OUTBOX_REASON=%s", f->reason);
-                        r->stats.dead_lettered++;
-                        log_event(LOG_WARNING, LOG_EV_DEAD_LETTER, fields,
-                                  "row %" PRId64 " dead-lettered: %s", f->id, f->reason);
-                } else
-                        r->stats.failed++;
-        }
-        ret = (int)b.rows.n;
-        if (r->paused_topics.n || r->paused_keys.n)
-                unpause_delivered(r, &b);
-        if (n_ok == 0 && n_transient > 0) {
-                log_warning("batch of %zu rows: nothing delivered (%s)", b.rows.n, first_error);
-                ret = -EAGAIN;
-        } else if (first_error)
-                log_notice("batch of %zu rows: %zu delivered, some failed (%s)", b.rows.n, n_ok,
-                           first_error);
-        batch_free(&b);
-        return ret;
-
-rollback:
-        pg_rollback(&r->pg, now_usec() + 5 * USEC_PER_SEC);
-        batch_free(&b);
-        return ret;
+void relay_serve(struct relay *r) {
+        notify_watchdog(&r->notifier, now_usec());
+        if (r->sig->stop)
+                relay_stopping(r);
 }
 
 /* STATUS= every few seconds: totals, rate, lag (age of the oldest pending row), breaker and
@@ -658,18 +205,16 @@ static bool breaker_gate(struct relay *r, usec_t now) {
         return allowed;
 }
 
-static void breaker_outcome(struct relay *r, int ret, usec_t now) {
+/* The breaker hears only what a batch said about Kafka: database trouble, an empty claim or a
+ * batch that never reached Kafka (rows with bad headers) give a probe back untested. */
+static void breaker_outcome(struct relay *r, int ret, enum batch_verdict verdict, usec_t now) {
         enum breaker_event ev;
 
-        if (ret == 0) {
-                breaker_cancel_probe(&r->breaker); /* nothing to probe with */
+        if (ret <= 0 || verdict == VERDICT_NONE) {
+                breaker_cancel_probe(&r->breaker);
                 return;
         }
-        if (ret < 0 && ret != -EAGAIN) {
-                breaker_cancel_probe(&r->breaker); /* database trouble says nothing about Kafka */
-                return;
-        }
-        ev = breaker_record(&r->breaker, ret == -EAGAIN, now, &r->rng);
+        ev = breaker_record(&r->breaker, verdict == VERDICT_FAILURE, now, &r->rng);
         switch (ev) {
         case BREAKER_OPENED:
                 log_event(LOG_WARNING, LOG_EV_BREAKER_OPEN, NULL, "circuit breaker opened: Kafka deliveries keep failing; claiming nothing "
@@ -680,20 +225,27 @@ static void breaker_outcome(struct relay *r, int ret, usec_t now) {
                             (double)(r->breaker.open_until - now) / USEC_PER_SEC);
                 break;
         case BREAKER_CLOSED_AGAIN:
+                pause_set_clear(&r->probe_keys);
                 log_event(LOG_NOTICE, LOG_EV_BREAKER_CLOSED, NULL,
                           "circuit breaker closed: Kafka deliveries succeed again");
                 break;
         default:
-                break;
+                return;
         }
         r->next_status = 0; /* show the change at once */
 }
 
 static void schedule_retry(struct relay *r, struct backoff *bo, usec_t now, const char *what) {
         usec_t wait = backoff_next(bo, &r->rng);
+        char when[32];
 
         r->retry_at = now + wait;
-        log_notice("%s, retrying in %.1fs", what, (double)wait / USEC_PER_SEC);
+        /* Full jitter can draw a wait near 0: say it in milliseconds then, never "0.0s". */
+        if (wait < USEC_PER_SEC)
+                snprintf(when, sizeof(when), "%llums", (unsigned long long)(wait + USEC_PER_MSEC - 1) / USEC_PER_MSEC);
+        else
+                snprintf(when, sizeof(when), "%.1fs", (double)wait / USEC_PER_SEC);
+        log_notice("%s, retrying in %s", what, when);
 }
 
 static void try_connect(struct relay *r, usec_t now) {
@@ -839,7 +391,8 @@ int relay_run(struct relay *r) {
                 }
                 if (r->kafka.last_error_new) {
                         r->kafka.last_error_new = false;
-                        log_event(LOG_WARNING, LOG_EV_KAFKA_ERROR, NULL, "kafka: %s", r->kafka.last_error);
+                        log_event(r->kafka.last_error_level, LOG_EV_KAFKA_ERROR, NULL, "kafka: %s",
+                                  r->kafka.last_error);
                 }
 
                 if (!pg_connected(&r->pg)) {
@@ -888,12 +441,12 @@ int relay_run(struct relay *r) {
                 }
                 if (r->wake || now >= r->next_poll) {
                         bool probe = r->breaker.state == BREAKER_HALF_OPEN;
+                        enum batch_verdict verdict;
 
                         r->wake = false;
-                        /* A probe risks one row, not a batch. */
-                        ret = relay_batch(r, now, probe ? 1 : r->cfg->relay.batch_size);
+                        ret = cycle_run(r, now, probe, &verdict);
                         now = now_usec();
-                        breaker_outcome(r, ret, now);
+                        breaker_outcome(r, ret, verdict, now);
                         if (ret == -ECANCELED)
                                 return ret;
                         if (ret == -ENOTRECOVERABLE) {
@@ -901,7 +454,7 @@ int relay_run(struct relay *r) {
                                           r->kafka.fatal_reason);
                                 return ret;
                         }
-                        if (ret == -EAGAIN) {
+                        if (ret > 0 && verdict == VERDICT_FAILURE) {
                                 r->state = RELAY_BACKOFF;
                                 schedule_retry(r, &r->batch_backoff, now, "Kafka delivery failing");
                                 r->wake = true;

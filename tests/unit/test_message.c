@@ -84,6 +84,52 @@ static void test_classify_transient(void **state) {
         check_cases(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
+/* Kafka's own rule for topic names: a name it can never accept is the row's permanent fault. */
+static void test_topic_names(void **state) {
+        char longest[251];
+
+        (void)state;
+        memset(longest, 'a', 249);
+        longest[249] = 0;
+        assert_null(message_topic_invalid("orders"));
+        assert_null(message_topic_invalid("a.b_c-D9"));
+        assert_null(message_topic_invalid("..."));
+        assert_null(message_topic_invalid(longest));
+        longest[249] = 'a';
+        longest[250] = 0;
+        assert_string_equal(message_topic_invalid(longest), "a topic name may be at most 249 characters long");
+        assert_string_equal(message_topic_invalid(""), "a topic name must not be empty");
+        assert_string_equal(message_topic_invalid("."), "a topic name cannot be '.' or '..'");
+        assert_string_equal(message_topic_invalid(".."), "a topic name cannot be '.' or '..'");
+        assert_non_null(message_topic_invalid("bad topic!"));
+        assert_non_null(message_topic_invalid("a/b"));
+        assert_non_null(message_topic_invalid("caf\xc3\xa9"));
+}
+
+/* Which errors fail neighbours too, and which concern a whole topic. */
+static void test_error_scope(void **state) {
+        (void)state;
+        assert_int_equal(message_error_scope(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE), SCOPE_REQUEST);
+        assert_int_equal(message_error_scope(RD_KAFKA_RESP_ERR_INVALID_RECORD), SCOPE_REQUEST);
+        assert_int_equal(message_error_scope(RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION), SCOPE_TOPIC);
+        assert_int_equal(message_error_scope(RD_KAFKA_RESP_ERR__MSG_TIMED_OUT), SCOPE_MESSAGE);
+        assert_int_equal(message_classify(RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION), OUTCOME_PERMANENT);
+}
+
+/* A transient state every start goes through is not a warning. */
+static void test_client_error_level(void **state) {
+        (void)state;
+        assert_int_equal(message_client_error_level(RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS), 6);
+        assert_int_equal(message_client_error_level(RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN), 4);
+        assert_int_equal(message_client_error_level(RD_KAFKA_RESP_ERR__TRANSPORT), 4);
+        assert_int_equal(message_log_level(4, "GETPID", "Failed to acquire idempotence PID from broker "
+                                                        "b/1: Broker: Coordinator load in progress: retrying"), 6);
+        assert_int_equal(message_log_level(4, "GETPID", "something else"), 4);
+        assert_int_equal(message_log_level(4, "FAIL", "Coordinator load in progress"), 4);
+        assert_int_equal(message_log_level(0, "X", "y"), 3);
+        assert_int_equal(message_log_level(7, "MSG", "debug"), 7);
+}
+
 static void test_outcome_to_string(void **state) {
         (void)state;
         assert_string_equal(outcome_to_string(OUTCOME_OK), "ok");
@@ -234,6 +280,9 @@ int main(void) {
                 cmocka_unit_test(test_classify_fatal),
                 cmocka_unit_test(test_classify_transient),
                 cmocka_unit_test(test_outcome_to_string),
+                cmocka_unit_test(test_topic_names),
+                cmocka_unit_test(test_error_scope),
+                cmocka_unit_test(test_client_error_level),
                 cmocka_unit_test(test_headers_null_buffer_large_id),
                 cmocka_unit_test(test_headers_null_buffer_small_id),
                 cmocka_unit_test(test_headers_id_extremes),

@@ -1,4 +1,4 @@
-/* test_pause.c -- Pause sets: growing pauses, expiry, forgetting, the text[] literal. */
+/* test_pause.c -- Pause sets: growing pauses, expiry, forgetting, (topic, key) scoping, the active list. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,16 +18,16 @@ static void grows_and_caps(void **state) {
 
         (void)state;
         pause_set_init(&s, 10 * S, 60 * S);
-        assert_int_equal(pause_set_add(&s, "t", now), 10 * S);
-        assert_int_equal(pause_set_add(&s, "t", now + 5 * S), 0); /* still paused */
-        assert_true(pause_set_paused(&s, "t", now + 9 * S));
-        assert_false(pause_set_paused(&s, "t", now + 10 * S));
-        assert_int_equal(pause_set_add(&s, "t", now + 10 * S), 20 * S);
-        assert_int_equal(pause_set_add(&s, "t", now + 30 * S), 40 * S);
-        assert_int_equal(pause_set_add(&s, "t", now + 70 * S), 60 * S);
-        assert_int_equal(pause_set_add(&s, "t", now + 130 * S), 60 * S);
-        assert_true(pause_set_known(&s, "t"));
-        assert_false(pause_set_known(&s, "u"));
+        assert_int_equal(pause_set_add(&s, "t", NULL, now), 10 * S);
+        assert_int_equal(pause_set_add(&s, "t", NULL, now + 5 * S), 0); /* still paused */
+        assert_true(pause_set_paused(&s, "t", NULL, now + 9 * S));
+        assert_false(pause_set_paused(&s, "t", NULL, now + 10 * S));
+        assert_int_equal(pause_set_add(&s, "t", NULL, now + 10 * S), 20 * S);
+        assert_int_equal(pause_set_add(&s, "t", NULL, now + 30 * S), 40 * S);
+        assert_int_equal(pause_set_add(&s, "t", NULL, now + 70 * S), 60 * S);
+        assert_int_equal(pause_set_add(&s, "t", NULL, now + 130 * S), 60 * S);
+        assert_true(pause_set_known(&s, "t", NULL));
+        assert_false(pause_set_known(&s, "u", NULL));
         pause_set_done(&s);
 }
 
@@ -36,37 +36,71 @@ static void forget_restarts_short(void **state) {
 
         (void)state;
         pause_set_init(&s, 2 * S, 100 * S);
-        pause_set_add(&s, "a", 0);
-        pause_set_add(&s, "a", 2 * S);
-        pause_set_add(&s, "b", 0);
-        assert_true(pause_set_forget(&s, "a"));
-        assert_false(pause_set_forget(&s, "a"));
-        assert_false(pause_set_known(&s, "a"));
-        assert_true(pause_set_known(&s, "b"));
-        assert_int_equal(pause_set_add(&s, "a", 10 * S), 2 * S);
+        pause_set_add(&s, "a", NULL, 0);
+        pause_set_add(&s, "a", NULL, 2 * S);
+        pause_set_add(&s, "b", NULL, 0);
+        assert_true(pause_set_forget(&s, "a", NULL));
+        assert_false(pause_set_forget(&s, "a", NULL));
+        assert_false(pause_set_known(&s, "a", NULL));
+        assert_true(pause_set_known(&s, "b", NULL));
+        assert_int_equal(pause_set_add(&s, "a", NULL, 10 * S), 2 * S);
         pause_set_done(&s);
 }
 
-static void literal_quotes_and_expiry(void **state) {
+static void active_lists_and_expiry(void **state) {
         struct pause_set s;
-        char *lit;
+        const char *t[8], *k[8];
 
         (void)state;
         pause_set_init(&s, 10 * S, 10 * S);
-        lit = pause_set_literal(&s, 0);
-        assert_string_equal(lit, "{}");
-        free(lit);
-        pause_set_add(&s, "plain", 0);
-        pause_set_add(&s, "quo\"te", 0);
-        pause_set_add(&s, "back\\slash", 0);
-        pause_set_add(&s, "early", 0);
-        pause_set_add(&s, "late", 5 * S);
-        lit = pause_set_literal(&s, 6 * S);
-        assert_string_equal(lit, "{\"plain\",\"quo\\\"te\",\"back\\\\slash\",\"early\",\"late\"}");
-        free(lit);
-        lit = pause_set_literal(&s, 12 * S); /* only "late" is still paused */
-        assert_string_equal(lit, "{\"late\"}");
-        free(lit);
+        assert_int_equal(pause_set_active(&s, 0, t, k, 8), 0);
+        pause_set_add(&s, "early", NULL, 0);
+        pause_set_add(&s, "late", NULL, 5 * S);
+        assert_int_equal(pause_set_active(&s, 6 * S, t, k, 8), 2);
+        assert_int_equal(pause_set_active(&s, 6 * S, t, k, 1), 1); /* capped */
+        assert_int_equal(pause_set_active(&s, 12 * S, t, NULL, 8), 1); /* only "late" is still paused */
+        assert_string_equal(t[0], "late");
+        pause_set_done(&s);
+}
+
+/* Order lives per (topic, key): the same key in another topic is another sequence. */
+static void keys_are_scoped_to_their_topic(void **state) {
+        struct pause_set s;
+        const char *t[8], *k[8];
+
+        (void)state;
+        pause_set_init(&s, 10 * S, 60 * S);
+        assert_int_equal(pause_set_add(&s, "ta", "k1", 0), 10 * S);
+        assert_true(pause_set_paused(&s, "ta", "k1", S));
+        assert_false(pause_set_paused(&s, "tb", "k1", S));
+        assert_false(pause_set_known(&s, "ta", NULL));
+        assert_false(pause_set_known(&s, "ta", "k2"));
+        assert_int_equal(pause_set_add(&s, "tb", "k1", 0), 10 * S); /* its own entry, first strike */
+        assert_int_equal(pause_set_active(&s, S, t, k, 8), 2);
+        assert_string_equal(t[0], "ta");
+        assert_string_equal(k[0], "k1");
+        assert_string_equal(t[1], "tb");
+        assert_true(pause_set_forget(&s, "tb", "k1"));
+        assert_true(pause_set_known(&s, "ta", "k1"));
+        pause_set_clear(&s);
+        assert_int_equal(s.n, 0);
+        assert_false(pause_set_known(&s, "ta", "k1"));
+        pause_set_done(&s);
+}
+
+/* A full set refuses new entries, after making room from expired ones. */
+static void bounded(void **state) {
+        struct pause_set s;
+
+        (void)state;
+        pause_set_init(&s, 10 * S, 60 * S);
+        s.max = 2;
+        assert_true(pause_set_add(&s, "t", "a", 0) > 0);
+        assert_true(pause_set_add(&s, "t", "b", 5 * S) > 0);
+        assert_int_equal(pause_set_add(&s, "t", "c", 6 * S), 0); /* full, nothing expired */
+        assert_false(pause_set_known(&s, "t", "c"));
+        assert_true(pause_set_add(&s, "t", "c", 11 * S) > 0); /* "a" expired and made room */
+        assert_false(pause_set_known(&s, "t", "a"));
         pause_set_done(&s);
 }
 
@@ -74,7 +108,9 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(grows_and_caps),
                 cmocka_unit_test(forget_restarts_short),
-                cmocka_unit_test(literal_quotes_and_expiry),
+                cmocka_unit_test(active_lists_and_expiry),
+                cmocka_unit_test(keys_are_scoped_to_their_topic),
+                cmocka_unit_test(bounded),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

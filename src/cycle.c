@@ -1,0 +1,330 @@
+/* cycle.c -- One batch's life: claim -> produce -> await -> re-send suspects alone -> plan -> finish; the rules live in batch.c. */
+#include "cycle.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "batch.h"
+#include "log.h"
+#include "message.h"
+
+/* A probe risks a few rows, not a batch: enough to reach more than one topic, key and partition
+ * (one broken partition must not read as "Kafka is down"), and rows spend no attempts when
+ * nothing goes through. */
+#define PROBE_ROWS 8
+
+struct cycle {
+        struct pg_batch claimed;
+        struct batch b;
+        struct kafka_delivery *slots; /* librdkafka's opaque per row: its report lands here */
+        usec_t deadline;              /* the whole cycle, finish included */
+        usec_t publish_deadline;      /* producing and awaiting reports */
+};
+
+static void cycle_free(struct cycle *c) {
+        pg_batch_clear(&c->claimed);
+        batch_free(&c->b);
+        free(c->slots);
+        memset(c, 0, sizeof(*c));
+}
+
+/* Produces row i. A full local queue is back-pressure: serve reports, the watchdog and signals
+ * until there is room, the deadline passes or a second signal comes. */
+static rd_kafka_resp_err_t produce_row(struct relay *r, struct cycle *c, size_t i) {
+        const struct pg_row *row = &c->claimed.rows[i];
+
+        for (;;) {
+                rd_kafka_headers_t *h = NULL;
+                rd_kafka_resp_err_t e;
+                int ret = message_headers(row->headers, row->headers_len, row->id, &h);
+
+                if (ret == -EBADMSG) {
+                        c->b.rows[i].map_error = "headers could not be expanded";
+                        return RD_KAFKA_RESP_ERR_NO_ERROR;
+                }
+                if (ret < 0)
+                        return RD_KAFKA_RESP_ERR__FAIL;
+                e = kafka_produce(&r->kafka, row->topic, row->key, row->key_len, row->payload,
+                                  row->payload_len, row->timestamp_ms, h, &c->slots[i]);
+                if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+                        return e;
+                rd_kafka_headers_destroy(h);
+                if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || r->sig->hard_stop ||
+                    now_usec() >= relay_deadline(r, c->publish_deadline))
+                        return e;
+                kafka_poll(&r->kafka, 20);
+                relay_serve(r);
+        }
+}
+
+/* Sends row i (alone: a re-send with nothing else in flight) and records what produce() said. */
+static void send_row(struct relay *r, struct cycle *c, size_t i, bool alone) {
+        rd_kafka_resp_err_t e = produce_row(r, c, i);
+
+        if (c->b.rows[i].map_error)
+                return; /* cannot become a message: the plan dead-letters it */
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+                batch_sent(&c->b, i, alone);
+        else
+                batch_refused(&c->b, i, e);
+}
+
+/* Serves delivery reports until none is outstanding or the deadline passes, purges what is left,
+ * and records every report. -ENOTRECOVERABLE when reports are still due after the purge (they
+ * would write into this cycle's slots: the caller must keep them alive) or the producer broke;
+ * -ECANCELED on a second signal. */
+static int await_reports(struct relay *r, struct cycle *c) {
+        kafka_poll(&r->kafka, 0);
+        while (r->kafka.pending > 0 && !r->sig->hard_stop && !r->kafka.fatal) {
+                usec_t now = now_usec(), d = relay_deadline(r, c->publish_deadline);
+
+                if (now >= d)
+                        break;
+                kafka_flush(&r->kafka, (int)((d - now) / USEC_PER_MSEC > 100 ? 100 : (d - now) / USEC_PER_MSEC + 1));
+                relay_serve(r);
+        }
+        if (r->kafka.pending > 0)
+                kafka_purge(&r->kafka);
+        if (r->kafka.pending > 0) {
+                log_error("%zu delivery reports missing after purging; exiting for a restart",
+                          r->kafka.pending);
+                return -ENOTRECOVERABLE;
+        }
+        for (size_t i = 0; i < c->b.n; i++) {
+                const struct kafka_delivery *d = &c->slots[i];
+
+                if (c->b.rows[i].state != ROW_IN_FLIGHT)
+                        continue;
+                if (d->reported)
+                        batch_reported(&c->b, i, d->err, d->partition);
+                else
+                        batch_unreported(&c->b, i);
+        }
+        if (r->sig->hard_stop)
+                return -ECANCELED;
+        if (r->kafka.fatal)
+                return -ENOTRECOVERABLE;
+        return 0;
+}
+
+/* The claim leaves out paused topics and (topic, key) pairs; a probe also the keys earlier
+ * probes failed on. */
+static int claim(struct relay *r, int limit, bool probe, struct cycle *c, usec_t now, char *err,
+                 size_t errsz) {
+        size_t n_keys = r->paused_keys.n + (probe ? r->probe_keys.n : 0);
+        _cleanup_free_ const char **topics = calloc(r->paused_topics.n + 1, sizeof(char *));
+        _cleanup_free_ const char **key_topics = calloc(n_keys + 1, sizeof(char *));
+        _cleanup_free_ const char **keys = calloc(n_keys + 1, sizeof(char *));
+        struct pg_skip skip = {.topics = topics, .key_topics = key_topics, .keys = keys};
+
+        if (!topics || !key_topics || !keys) {
+                snprintf(err, errsz, "claim: out of memory");
+                return -ENOMEM;
+        }
+        skip.n_topics = pause_set_active(&r->paused_topics, now, topics, NULL, r->paused_topics.n);
+        skip.n_keys = pause_set_active(&r->paused_keys, now, key_topics, keys, r->paused_keys.n);
+        if (probe)
+                skip.n_keys += pause_set_active(&r->probe_keys, now, key_topics + skip.n_keys,
+                                                keys + skip.n_keys, r->probe_keys.n);
+        return pg_claim(&r->pg, limit, &skip, &c->claimed, c->deadline, err, errsz);
+}
+
+/* Carries out the plan's pauses: refused topics and held-back keys wait, what was delivered is
+ * forgotten (so a later pause starts short). Says so once per pause. */
+static void apply_pauses(struct relay *r, const struct batch *b, usec_t now) {
+        size_t keys_paused = 0;
+        usec_t key_wait = 0;
+        const char *key_reason = NULL, *key_topic = NULL;
+
+        for (size_t i = 0; i < b->n; i++) {
+                const struct batch_row *row = &b->rows[i];
+                usec_t w;
+
+                if (row->action == ACT_FINISH) {
+                        if (r->paused_topics.n && pause_set_forget(&r->paused_topics, row->topic, NULL))
+                                log_notice("topic '%s' accepted by Kafka again", row->topic);
+                        if (r->paused_keys.n && row->key)
+                                pause_set_forget(&r->paused_keys, row->topic, row->key);
+                        continue;
+                }
+                if (row->pause_topic && (w = pause_set_add(&r->paused_topics, row->topic, NULL, now))) {
+                        char field[300];
+                        const char *fields[] = {field, NULL};
+
+                        snprintf(field, sizeof(field), "OUTBOX_TOPIC=%s", row->topic);
+                        log_event(LOG_ERR, LOG_EV_KAFKA_ERROR, fields,
+                                  "topic '%s' refused by Kafka (%s); its rows stay pending, other "
+                                  "topics go on; trying the topic again in %.0fs",
+                                  row->topic, row->reason, (double)w / USEC_PER_SEC);
+                }
+                if (row->pause_key && (w = pause_set_add(&r->paused_keys, row->topic, row->key, now))) {
+                        keys_paused++;
+                        key_wait = w > key_wait ? w : key_wait;
+                        key_reason = row->reason;
+                        key_topic = row->topic;
+                }
+                if (row->probe_failed)
+                        pause_set_add(&r->probe_keys, row->topic, row->key, now);
+        }
+        if (keys_paused)
+                log_warning("a partition of topic '%s' takes no messages (%s) while others do: "
+                            "holding back %zu keys for up to %.0fs, the rest goes on",
+                            key_topic, key_reason, keys_paused, (double)key_wait / USEC_PER_SEC);
+}
+
+/* The finishing transaction's lists, from the plan. */
+static int finish(struct relay *r, struct cycle *c, char *err, size_t errsz) {
+        const struct batch *b = &c->b;
+        _cleanup_free_ int64_t *done = calloc(b->n, sizeof(*done));
+        _cleanup_free_ struct pg_failure *fails = calloc(b->n, sizeof(*fails));
+        size_t n_done = 0, n_fails = 0;
+        usec_t deadline = c->deadline;
+
+        if (!done || !fails) {
+                snprintf(err, errsz, "finish: out of memory");
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < b->n; i++) {
+                const struct batch_row *row = &b->rows[i];
+
+                if (row->action == ACT_FINISH)
+                        done[n_done++] = row->id;
+                else if (row->action == ACT_FAIL)
+                        fails[n_fails++] = (struct pg_failure){.id = row->id,
+                                                               .attempts_inc = row->attempts_inc,
+                                                               .dead = row->dead,
+                                                               .reason = row->reason};
+        }
+        /* While stopping, the finish gets the drain timeout plus the grace announced to
+         * systemd (EXTEND_TIMEOUT_USEC), not the whole batch deadline. */
+        if (r->stop_at && r->stop_at + r->cfg->relay.drain_timeout + 5 * USEC_PER_SEC < deadline)
+                deadline = r->stop_at + r->cfg->relay.drain_timeout + 5 * USEC_PER_SEC;
+        return pg_finish(&r->pg, done, n_done, fails, n_fails, deadline, err, errsz);
+}
+
+/* What the committed batch changed: totals, dead letters (one journal event each, they are
+ * rare), order kept by dead-lettering, the outcome line. */
+static void account(struct relay *r, const struct batch *b) {
+        r->stats.batches++;
+        r->stats.published += b->delivered;
+        r->stats.failed += b->failed;
+        r->stats.overtaken += b->overtaken;
+        for (size_t i = 0; i < b->n; i++) {
+                const struct batch_row *row = &b->rows[i];
+                char id[48], reason[400];
+                const char *fields[] = {id, reason, NULL};
+
+                if (!row->dead)
+                        continue;
+                snprintf(id, sizeof(id), "OUTBOX_ROW_ID=%" PRId64, row->id);
+                snprintf(reason, sizeof(reason), "OUTBOX_REASON=%s", row->reason);
+                r->stats.dead_lettered++;
+                log_event(LOG_WARNING, LOG_EV_DEAD_LETTER, fields, "row %" PRId64 " dead-lettered: %s",
+                          row->id, row->reason);
+        }
+        if (b->overtaken)
+                log_warning("per-key order: %zu rows dead-lettered instead of sent late, because a "
+                            "later row of their (topic, key) was already acknowledged",
+                            b->overtaken);
+        if (b->verdict == VERDICT_FAILURE)
+                log_warning("batch of %zu rows: nothing delivered (%s)", b->n,
+                            b->first_error ? b->first_error : "no report");
+        else if (b->first_error)
+                log_notice("batch of %zu rows: %zu delivered, some failed (%s)", b->n, b->delivered,
+                           b->first_error);
+}
+
+int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdict) {
+        struct cycle c = {0};
+        /* Publishing may use the batch deadline less a reserve for the finish: a batch whose
+         * deliveries ran to the deadline must still be able to record them and commit. */
+        usec_t timeout = r->cfg->relay.batch_timeout;
+        usec_t reserve = timeout / 4 < 5 * USEC_PER_SEC ? timeout / 4 : 5 * USEC_PER_SEC;
+        struct batch_rules rules = {.max_attempts = r->cfg->relay.max_attempts, .probe = probe};
+        int limit = probe && r->cfg->relay.batch_size > PROBE_ROWS ? PROBE_ROWS : r->cfg->relay.batch_size;
+        char err[512];
+        ssize_t j;
+        int ret;
+
+        *verdict = VERDICT_NONE;
+        c.deadline = now + timeout;
+        c.publish_deadline = c.deadline - reserve;
+        ret = claim(r, limit, probe, &c, now, err, sizeof(err));
+        if (ret < 0) {
+                log_warning("claiming rows failed: %s", err);
+                cycle_free(&c);
+                return ret; /* the database's trouble, not Kafka's */
+        }
+        if (c.claimed.n == 0)
+                return 0;
+        ret = batch_init(&c.b, c.claimed.n);
+        c.slots = calloc(c.claimed.n, sizeof(*c.slots));
+        if (ret < 0 || !c.slots) {
+                ret = -ENOMEM;
+                goto rollback;
+        }
+        for (size_t i = 0; i < c.claimed.n; i++) {
+                const struct pg_row *row = &c.claimed.rows[i];
+
+                c.b.rows[i] = (struct batch_row){.id = row->id,
+                                                 .topic = row->topic,
+                                                 .key = row->key,
+                                                 .attempts = row->attempts,
+                                                 .map_error = row->map_error};
+        }
+        ret = batch_prepare(&c.b);
+        if (ret < 0)
+                goto rollback;
+
+        /* First round: every row that may go, in id order, together. */
+        for (size_t i = 0; i < c.b.n && !r->sig->hard_stop; i++) {
+                if (!batch_may_send(&c.b, i)) {
+                        if (!c.b.rows[i].map_error && !c.b.rows[i].topic_error)
+                                batch_held(&c.b, i);
+                        continue;
+                }
+                send_row(r, &c, i, false);
+                if (c.b.rows[i].state == ROW_REFUSED && message_classify(c.b.rows[i].err) == OUTCOME_FATAL) {
+                        r->kafka.fatal = true; /* the error callback may not have run yet */
+                        break;
+                }
+        }
+        ret = await_reports(r, &c);
+        /* Then the suspects of a broker-side rejection, each alone, while time is left. */
+        while (ret == 0 && (j = batch_next_resend(&c.b)) >= 0 &&
+               now_usec() < relay_deadline(r, c.publish_deadline)) {
+                send_row(r, &c, (size_t)j, true);
+                ret = await_reports(r, &c);
+        }
+        if (ret < 0)
+                goto rollback;
+
+        batch_plan(&c.b, &rules, &r->paused_keys);
+        *verdict = c.b.verdict;
+        if (c.b.verdict == VERDICT_FATAL) {
+                ret = -ENOTRECOVERABLE;
+                goto rollback;
+        }
+        ret = finish(r, &c, err, sizeof(err));
+        if (ret < 0) {
+                /* Nothing was changed: every row stays pending and is published again (the
+                 * duplicates the design allows after a lost connection). */
+                log_warning("finishing a batch of %zu rows failed, they stay pending: %s", c.b.n, err);
+                *verdict = VERDICT_NONE;
+                goto rollback;
+        }
+        apply_pauses(r, &c.b, now_usec());
+        account(r, &c.b);
+        ret = (int)c.b.n;
+        cycle_free(&c);
+        return ret;
+
+rollback:
+        pg_rollback(&r->pg, now_usec() + 5 * USEC_PER_SEC);
+        if (ret == -ENOTRECOVERABLE && r->kafka.pending > 0)
+                c.slots = NULL; /* late reports still point into them: never freed, we exit */
+        cycle_free(&c);
+        return ret;
+}
