@@ -48,5 +48,8 @@ void kafka_poll(struct kafka *k, int timeout_ms);
  * batch is complete, waiting for more messages would only add latency. */
 void kafka_flush(struct kafka *k, int timeout_ms);
 
-/* Purges queued and in-flight messages and collects their reports (bounded). */
+/* Purges queued and in-flight messages; their reports follow through kafka_poll(). */
+void kafka_purge_begin(struct kafka *k);
+
+/* Purges queued and in-flight messages and collects their reports (bounded, 5 s). */
 void kafka_purge(struct kafka *k);

@@ -291,29 +291,31 @@ void batch_plan(struct batch *b, const struct batch_rules *rules, const struct p
                         describe(r, NULL);
                         break;
                 case K_SUSPECT:
+                case K_CONFIG:
+                case K_TRANSIENT:
                         r->action = ACT_FAIL;
                         if (later_delivered(b, r)) {
+                                /* Kafka holds a later row of its (topic, key): sent now it
+                                 * would arrive out of order. */
                                 r->overtaken = r->dead = true;
                                 r->attempts_inc = 1;
                                 describe(r, ORDER_SUFFIX);
-                        } else
+                                break;
+                        }
+                        describe(r, NULL);
+                        if (k == K_SUSPECT) {
                                 /* Not sent alone yet (an earlier row of its key is pending, or
                                  * time ran out): it comes again, first of its key. */
                                 describe(r, "; not yet sent alone to tell whose fault it is");
-                        break;
-                case K_CONFIG:
-                        r->action = ACT_FAIL;
-                        r->pause_topic = true;
-                        describe(r, NULL);
-                        break;
-                case K_TRANSIENT:
-                        r->action = ACT_FAIL;
-                        transient = true;
-                        describe(r, NULL);
-                        if (later_delivered(b, r)) {
-                                r->overtaken = r->dead = true;
-                                r->attempts_inc = 1;
-                                describe(r, ORDER_SUFFIX);
+                                break;
+                        }
+                        if (k == K_CONFIG) {
+                                /* Refused while other rows of the topic went through (one
+                                 * partition in reassignment): hold the key, not the topic. */
+                                if (any_ok && at && landed(at, n_at, r->topic, RD_KAFKA_PARTITION_UA))
+                                        r->pause_key = r->key != NULL;
+                                else
+                                        r->pause_topic = true;
                                 break;
                         }
                         if (any_ok && at && !landed(at, n_at, r->topic, RD_KAFKA_PARTITION_UA)) {
@@ -334,8 +336,10 @@ void batch_plan(struct batch *b, const struct batch_rules *rules, const struct p
                                 r->pause_key = r->key != NULL;
                                 break;
                         }
-                        /* Its own failure only when its partition took other messages; the
+                        /* Neither its topic nor its partition is to blame: Kafka may be.
+                         * Its own failure only when its partition took other messages; the
                          * relay's own purges (deadline, drain) are never the row's fault. */
+                        transient = true;
                         r->attempts_inc = any_ok && at && r->state == ROW_REPORTED &&
                                                   r->err != RD_KAFKA_RESP_ERR__PURGE_QUEUE &&
                                                   r->err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT &&

@@ -85,11 +85,19 @@ static int await_reports(struct relay *r, struct cycle *c) {
                 kafka_flush(&r->kafka, (int)((d - now) / USEC_PER_MSEC > 100 ? 100 : (d - now) / USEC_PER_MSEC + 1));
                 relay_serve(r);
         }
-        if (r->kafka.pending > 0)
-                kafka_purge(&r->kafka);
         if (r->kafka.pending > 0) {
-                log_error("%zu delivery reports missing after purging; exiting for a restart",
-                          r->kafka.pending);
+                /* Purged messages report at once, as purge errors; bounded, like everything. */
+                usec_t until = now_usec() + 5 * USEC_PER_SEC;
+
+                kafka_purge_begin(&r->kafka);
+                while (r->kafka.pending > 0 && !r->sig->hard_stop && now_usec() < until) {
+                        kafka_poll(&r->kafka, 50);
+                        relay_serve(r);
+                }
+        }
+        if (r->kafka.pending > 0) {
+                snprintf(r->kafka.fatal_reason, sizeof(r->kafka.fatal_reason),
+                         "%zu delivery reports missing after purging", r->kafka.pending);
                 return -ENOTRECOVERABLE;
         }
         for (size_t i = 0; i < c->b.n; i++) {
@@ -252,6 +260,12 @@ int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdi
         c.deadline = now + timeout;
         c.publish_deadline = c.deadline - reserve;
         ret = claim(r, limit, probe, &c, now, err, sizeof(err));
+        if (ret == 0 && c.claimed.n == 0 && probe && r->probe_keys.n > 0) {
+                /* Only keys earlier probes failed on are left: try them again rather than
+                 * wait for their exclusion to run out while Kafka may be back. */
+                pause_set_clear(&r->probe_keys);
+                ret = claim(r, limit, probe, &c, now, err, sizeof(err));
+        }
         if (ret < 0) {
                 log_warning("claiming rows failed: %s", err);
                 cycle_free(&c);

@@ -87,6 +87,13 @@ void kafka_flush(struct kafka *k, int timeout_ms) {
                 rd_kafka_flush(k->rk, timeout_ms);
 }
 
+void kafka_purge_begin(struct kafka *k) {
+        if (!k->rk)
+                return;
+        rd_kafka_purge(k->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(k->rk, 0);
+}
+
 void kafka_purge(struct kafka *k) {
         usec_t until = now_usec() + 5 * USEC_PER_SEC;
 

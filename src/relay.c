@@ -21,10 +21,9 @@ static void free_config(struct relay_config *c) {
         free(c);
 }
 
+/* Called while a database call waits: the watchdog, and a stop is announced at once. */
 static void watchdog_tick(void *arg) {
-        struct relay *r = arg;
-
-        notify_watchdog(&r->notifier, now_usec());
+        relay_serve(arg);
 }
 
 int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *sig) {
@@ -70,7 +69,8 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
 void relay_done(struct relay *r) {
         if (!r->cfg)
                 return;
-        kafka_close(&r->kafka, r->cfg->relay.drain_timeout);
+        /* After a second signal nothing is waited for: what is in flight was rolled back. */
+        kafka_close(&r->kafka, r->sig->hard_stop ? 0 : r->cfg->relay.drain_timeout);
         pg_done(&r->pg);
         breaker_done(&r->breaker);
         pause_set_done(&r->paused_topics);
@@ -201,7 +201,7 @@ static bool breaker_gate(struct relay *r, usec_t now) {
         bool allowed = breaker_allow(&r->breaker, now, &ev);
 
         if (ev == BREAKER_PROBING)
-                log_notice("circuit breaker half-open: probing Kafka with one row");
+                log_notice("circuit breaker half-open: probing Kafka with a few rows");
         return allowed;
 }
 
@@ -450,8 +450,10 @@ int relay_run(struct relay *r) {
                         if (ret == -ECANCELED)
                                 return ret;
                         if (ret == -ENOTRECOVERABLE) {
-                                log_error("fatal Kafka producer error, exiting for a restart: %s",
-                                          r->kafka.fatal_reason);
+                                kafka_poll(&r->kafka, 0); /* the error callback may still hold the reason */
+                                log_error("the Kafka producer cannot go on, exiting for a restart: %s",
+                                          r->kafka.fatal_reason[0] ? r->kafka.fatal_reason
+                                                                   : "a delivery report said it is broken");
                                 return ret;
                         }
                         if (ret > 0 && verdict == VERDICT_FAILURE) {

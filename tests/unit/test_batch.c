@@ -180,9 +180,16 @@ static const struct table_case cases[] = {
         {"a fatal producer error decides the batch",
          {SENT("t", "a", FENCED, 0), SENT("t", "b", OK, 0)},
          {LEAVE, FINISH}, 2, VERDICT_FATAL, false, 0},
-        {"a key held back before that fails again is the same outage, even alone",
+        {"a key held back before that fails again is the same outage, even alone: no verdict on Kafka",
          {SENT("t", "held", TIMED_OUT, 1)},
-         {{ACT_FAIL, 0, false, false, true, false, false, NULL}}, 1, VERDICT_FAILURE, false, 0},
+         {{ACT_FAIL, 0, false, false, true, false, false, NULL}}, 1, VERDICT_NONE, false, 0},
+        {"a refused row overtaken by a later row of its key is dead-lettered too, never sent late",
+         {SENT("t", "k", NOT_AUTHORIZED, 0), SENT("t", "k", OK, 0)},
+         {{ACT_FAIL, 1, true, false, false, false, true, "would break per-key order"}, FINISH}, 2,
+         VERDICT_SUCCESS, false, 0},
+        {"a refusal on one partition while the topic's others take rows holds the key, not the topic",
+         {SENT("t", "k", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, 1), SENT("t", "j", OK, 0)},
+         {{ACT_FAIL, 0, false, false, true, false, false, NULL}, FINISH}, 2, VERDICT_SUCCESS, false, 0},
 };
 
 static void table(void **state) {
@@ -246,7 +253,6 @@ static void may_send(void **state) {
         assert_true(batch_may_send(&b, 4));
         assert_true(batch_may_send(&b, 5));
         assert_false(batch_may_send(&b, 6));
-        /* One more of key k after the held one is held too. */
         batch_free(&b);
 }
 
