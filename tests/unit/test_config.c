@@ -148,6 +148,7 @@ static void test_defaults(void **state) {
         assert_int_equal(c.relay.batch_timeout, 60 * USEC_PER_SEC);
         assert_int_equal(c.relay.drain_timeout, 30 * USEC_PER_SEC);
         assert_int_equal(c.relay.finish, FINISH_DELETE);
+        assert_int_equal(c.relay.ordering, ORDERING_KEY); /* README: "key" (the default) */
         assert_int_equal(c.relay.max_attempts, 10);
         assert_int_equal(c.relay.retention, 7 * 24 * 3600 * USEC_PER_SEC);
         assert_int_equal(c.relay.status_interval, 60 * USEC_PER_SEC);
@@ -225,6 +226,7 @@ static void test_every_key_set(void **state) {
                 "  batch_timeout = \"2m\";\n"
                 "  drain_timeout = \"10s\";\n"
                 "  finish = \"mark\";\n"
+                "  ordering = \"none\";\n"
                 "  max_attempts = 3;\n"
                 "  retention = \"0\";\n"
                 "  status_interval = \"1h\";\n"
@@ -251,6 +253,7 @@ static void test_every_key_set(void **state) {
         assert_int_equal(c.relay.batch_timeout, 120 * USEC_PER_SEC);
         assert_int_equal(c.relay.drain_timeout, 10 * USEC_PER_SEC);
         assert_int_equal(c.relay.finish, FINISH_MARK);
+        assert_int_equal(c.relay.ordering, ORDERING_NONE);
         assert_int_equal(c.relay.max_attempts, 3);
         assert_int_equal(c.relay.retention, 0);
         assert_int_equal(c.relay.status_interval, 3600 * USEC_PER_SEC);
