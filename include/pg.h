@@ -36,15 +36,16 @@ struct pg_batch {
 /* What to record about a row that was not delivered. */
 struct pg_failure {
         int64_t id;
-        int attempts_inc;   /* 1 when the failure was the row's own, 0 for an outage */
-        bool dead;          /* park it in the dead-letter state */
+        int attempts_inc; /* 1 when the failure was the row's own, 0 for an outage */
+        bool dead; /* park it in the dead-letter state */
         const char *reason; /* stored in last_error */
 };
 
 struct pg {
         PGconn *conn;
         const struct relay_config *cfg; /* borrowed */
-        char *sql_claim;
+        char *sql_claim; /* nothing paused */
+        char *sql_claim_skip; /* topics or (topic, key) pairs paused */
         char *sql_delete;
         char *sql_mark;
         char *sql_fail;
@@ -66,7 +67,9 @@ int pg_init(struct pg *pg, const struct relay_config *cfg);
 void pg_done(struct pg *pg);
 
 /* Connects without blocking past `deadline` (monotonic µs), sets the session timeouts and
- * LISTENs. Returns 0, -ETIMEDOUT, or -ECONNREFUSED with libpq's message (password-free) in err. */
+ * LISTENs. Returns 0, -ETIMEDOUT, or -ECONNREFUSED with libpq's message (password-free) in err.
+ * A host name is resolved by libpq with a blocking getaddrinfo() that the deadline does not
+ * bound (docs/systemd.md, "PostgreSQL host names and DNS"); hostaddr= avoids it. */
 int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz);
 void pg_disconnect(struct pg *pg);
 bool pg_connected(const struct pg *pg);
@@ -89,15 +92,19 @@ struct pg_skip {
 };
 
 /* BEGIN and claim up to `limit` rows in id order, one round trip, leaving out what `skip`
- * names (NULL = nothing). The transaction stays open (pg->in_tx) when rows came back; an empty
- * claim is committed at once. Every failure fills err. -ECONNRESET: connection lost;
- * -ETIMEDOUT: deadline passed (the connection is then dropped); -EIO: a statement failed. */
-int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, struct pg_batch *b,
-             usec_t deadline, char *err, size_t errsz);
+ * names (NULL = nothing). For every (topic, key) the rows returned are the first of its pending
+ * rows that no other transaction holds; rows of a paused topic or pair are not returned, and
+ * their backlog is not read either (docs/claim.md). The transaction stays open (pg->in_tx) when
+ * rows came back; an empty claim is committed at once. Every failure fills err:
+ * -ECONNRESET: connection lost or not connected; -ETIMEDOUT: deadline passed (the connection is
+ * then dropped); -EIO: a statement failed; -ENOMEM; -EPROTO: a result of the wrong shape;
+ * -EINVAL: a NULL name in `skip`. */
+int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, struct pg_batch *b, usec_t deadline,
+             char *err, size_t errsz);
 void pg_batch_clear(struct pg_batch *b);
 
 /* Finishes the claimed rows and COMMITs, one round trip: deletes or marks `done`, records
- * `fails`. On any error the transaction is gone and nothing was changed. */
+ * `fails`. On any error the transaction is gone, nothing was changed, and err says why. */
 int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg_failure *fails,
               size_t n_fails, usec_t deadline, char *err, size_t errsz);
 

@@ -7,9 +7,23 @@ RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     v_id bigint;
+    v_why text;
 BEGIN
     IF p_topic IS NULL OR p_topic = '' THEN
         RAISE EXCEPTION 'outbox_enqueue: topic must not be empty';
+    END IF;
+    -- Kafka's rule for topic names (the relay dead-letters a row that breaks it). Only this
+    -- function checks: rows inserted directly are still accepted, there is no CHECK constraint.
+    -- The reasons are the relay's own (message_topic_invalid() in src/message.c).
+    v_why := CASE WHEN p_topic !~ '^[A-Za-z0-9._-]+$'
+                      THEN 'a topic name may hold only ASCII letters, digits, ''.'', ''_'' and ''-'''
+                  WHEN length(p_topic) > 249 THEN 'a topic name may be at most 249 characters long'
+                  WHEN p_topic IN ('.', '..') THEN 'a topic name cannot be ''.'' or ''..''' END;
+    IF v_why IS NOT NULL THEN
+        RAISE EXCEPTION 'outbox_enqueue: topic % is not a legal Kafka topic name: %',
+            quote_literal(left(p_topic, 60)) || CASE WHEN length(p_topic) > 60
+                THEN format('... (%s characters)', length(p_topic)) ELSE '' END, v_why
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- Reject at write time what the relay would have to dead-letter later.
     IF p_headers IS NOT NULL THEN

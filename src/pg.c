@@ -10,7 +10,9 @@
 /* The claim: pending rows in id order, locked, with everything the message needs in the same
  * round trip. Results come in binary so bytea arrives raw (no hex decoding in C). Headers are
  * expanded here, not parsed in C: valid ones become "name\0value\0" pairs (jsonb strings cannot
- * hold NUL, so NUL is a safe separator); invalid ones become a readable reason instead. */
+ * hold NUL, so NUL is a safe separator); invalid ones become a readable reason instead. This is
+ * the form for the common case, nothing paused: one walk of outbox_pending_idx in id order.
+ * (bench/run.sh reads this constant; claim_skip_tmpl reuses its column list, up to " FROM".) */
 static const char claim_fmt[] =
         "SELECT o.id, o.topic, o.key, o.payload,"
         " floor(extract(epoch FROM o.created_at) * 1000)::int8, o.attempts,"
@@ -29,25 +31,116 @@ static const char claim_fmt[] =
         "                  quote_literal(h.key), jsonb_typeof(h.value))"
         "      FROM jsonb_each(o.headers) h WHERE jsonb_typeof(h.value) <> 'string' LIMIT 1) END"
         " FROM %s o"
-        " WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.topic <> ALL($2::text[])"
-        "   AND (o.key IS NULL OR cardinality($4::text[]) = 0 OR NOT EXISTS"
-        "        (SELECT 1 FROM unnest($3::text[], $4::text[]) s(t, k) WHERE s.t = o.topic AND s.k = o.key))"
+        " WHERE o.published_at IS NULL AND o.dead_at IS NULL"
+        " ORDER BY o.id LIMIT $1"
+        " FOR UPDATE SKIP LOCKED";
+
+/* The claim while topics ($2) or (topic, key) pairs ($3[i], $4[i]) are paused. Filtering them out
+ * of the id-order walk would read their whole backlog on every claim (it sits at the head of the
+ * index and only grows), so this form never reads a paused row it can avoid (docs/claim.md):
+ *
+ * - topics: distinct pending topics, one descent of outbox_pending_topic_idx each (a skip scan,
+ *   which btree in PostgreSQL 15 does not do by itself); per topic neither paused nor holding
+ *   paused keys, its first $5 rows in id order.
+ * - a topic with paused keys: first its head, up to w rows in id order, paused keys dropped. If
+ *   that walk came to the end of the topic or found $5 claimable rows, that is all; otherwise the
+ *   head is the paused keys' backlog, and the topic's pending keys are stepped through one descent
+ *   of outbox_pending_key_idx each, taking the first rows of every key not paused (together $5)
+ *   and of the NULL key. w is 4 x $5, or 8 rows per paused key of the topic when that is more:
+ *   a row walked costs a fifteenth to a twentieth of a key step, so the walk costs at most about
+ *   half of what stepping would: a short backlog is walked, a long one stepped over.
+ *
+ * Each source is a prefix in id order of its topic's or its key's claimable rows, so the first $1
+ * of their union by id never take a row of a (topic, key) past an earlier claimable one. Only the
+ * final rows are locked, with SKIP LOCKED (FOR UPDATE is not allowed with UNION, DISTINCT or
+ * aggregates, and inside the candidates it would lock rows that are not returned); the array is
+ * computed once (an InitPlan: no rescans). $5, the depth, is $1, or more when other relays' locks
+ * may hide the first candidates.
+ *
+ * The plans are pinned on purpose, each source to one index (sql/004_claim_skip.sql): "topic = t
+ * ORDER BY id" let the planner walk outbox_pending_idx and filter, the very scan this form avoids.
+ * So a topic's rows are asked for as "topic >= t AND topic <= t ORDER BY topic, id" in COLLATE "C",
+ * which only outbox_pending_topic_idx can answer in order, and a key's as "ORDER BY key, id" with
+ * the topic in the column's own collation, which only outbox_pending_key_idx can; pg_claim turns
+ * bitmap scans off for the transaction, as a bitmap scan would read a whole topic to sort it.
+ * {table} is the table, {columns} the column list of claim_fmt. */
+static const char claim_skip_tmpl[] =
+        "WITH RECURSIVE"
+        " topics(topic) AS ("
+        "  (SELECT o.topic COLLATE \"C\" FROM {table} o WHERE o.published_at IS NULL AND o.dead_at IS NULL"
+        "    ORDER BY o.topic COLLATE \"C\" LIMIT 1)"
+        "  UNION ALL"
+        "  SELECT (SELECT o.topic COLLATE \"C\" FROM {table} o"
+        "           WHERE o.published_at IS NULL AND o.dead_at IS NULL"
+        "           AND o.topic COLLATE \"C\" > t.topic ORDER BY o.topic COLLATE \"C\" LIMIT 1)"
+        "    FROM topics t WHERE t.topic IS NOT NULL),"
+        " key_topics(topic, w) AS ("
+        "  SELECT u.topic, greatest(4 * $5::int8, 8 * count(*)) FROM unnest($3::text[]) u(topic)"
+        "   WHERE u.topic <> ALL($2::text[]) GROUP BY u.topic),"
+        " walk(topic, id, key) AS MATERIALIZED ("
+        "  SELECT kt.topic, w.id, w.key FROM key_topics kt CROSS JOIN LATERAL"
+        "   (SELECT o.id, o.key FROM {table} o WHERE o.published_at IS NULL AND o.dead_at IS NULL"
+        "     AND o.topic COLLATE \"C\" >= kt.topic AND o.topic COLLATE \"C\" <= kt.topic"
+        "     ORDER BY o.topic COLLATE \"C\", o.id LIMIT kt.w) w),"
+        " walk_free(topic, id) AS MATERIALIZED ("
+        "  SELECT w.topic, w.id FROM walk w WHERE w.key IS NULL OR NOT EXISTS"
+        "   (SELECT 1 FROM unnest($3::text[], $4::text[]) s(t, k) WHERE s.t = w.topic AND s.k = w.key)),"
+        " key_steps(topic) AS ("
+        "  SELECT kt.topic FROM key_topics kt"
+        "   WHERE (SELECT count(*) FROM walk w WHERE w.topic = kt.topic) = kt.w"
+        "     AND (SELECT count(*) FROM walk_free f WHERE f.topic = kt.topic) < $5::int8),"
+        " keys(topic, key, id) AS ("
+        "  SELECT ks.topic, f.key, f.id FROM key_steps ks CROSS JOIN LATERAL"
+        "   (SELECT o.key COLLATE \"C\", o.id FROM {table} o"
+        "     WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.topic = ks.topic"
+        "     AND o.key IS NOT NULL ORDER BY o.key COLLATE \"C\", o.id LIMIT 1) f"
+        "  UNION ALL"
+        "  SELECT k.topic, f.key, f.id FROM keys k CROSS JOIN LATERAL"
+        "   (SELECT o.key COLLATE \"C\", o.id FROM {table} o"
+        "     WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.topic = k.topic"
+        "     AND o.key COLLATE \"C\" > k.key ORDER BY o.key COLLATE \"C\", o.id LIMIT 1) f),"
+        " free_keys(topic, key, id, n) AS ("
+        "  SELECT k.topic, k.key, k.id, ceil($5::float8 / count(*) OVER (PARTITION BY k.topic))::int8"
+        "    FROM keys k WHERE NOT EXISTS"
+        "   (SELECT 1 FROM unnest($3::text[], $4::text[]) s(t, k) WHERE s.t = k.topic AND s.k = k.key)),"
+        " cand(id) AS ("
+        "  SELECT c.id FROM topics t CROSS JOIN LATERAL"
+        "   (SELECT o.id FROM {table} o WHERE o.published_at IS NULL AND o.dead_at IS NULL"
+        "     AND o.topic COLLATE \"C\" >= t.topic AND o.topic COLLATE \"C\" <= t.topic"
+        "     ORDER BY o.topic COLLATE \"C\", o.id LIMIT $5::int8) c"
+        "   WHERE t.topic IS NOT NULL AND t.topic <> ALL($2::text[])"
+        "     AND NOT EXISTS (SELECT 1 FROM key_topics kt WHERE kt.topic = t.topic)"
+        "  UNION ALL"
+        "  SELECT f.id FROM walk_free f"
+        "  UNION ALL"
+        "  SELECT k.id FROM free_keys k"
+        "  UNION ALL"
+        "  SELECT c.id FROM free_keys k CROSS JOIN LATERAL"
+        "   (SELECT o.id FROM {table} o WHERE o.published_at IS NULL AND o.dead_at IS NULL"
+        "     AND o.topic = k.topic AND o.key COLLATE \"C\" >= k.key AND o.key COLLATE \"C\" <= k.key"
+        "     AND o.id > k.id ORDER BY o.key COLLATE \"C\", o.id LIMIT k.n - 1) c"
+        "   WHERE k.n > 1"
+        "  UNION ALL"
+        "  SELECT c.id FROM key_steps ks CROSS JOIN LATERAL"
+        "   (SELECT o.id FROM {table} o WHERE o.published_at IS NULL AND o.dead_at IS NULL"
+        "     AND o.topic = ks.topic AND o.key IS NULL ORDER BY o.key COLLATE \"C\", o.id LIMIT $5::int8) c)"
+        " {columns} FROM {table} o"
+        " WHERE o.id = ANY(ARRAY(SELECT c.id FROM cand c ORDER BY c.id LIMIT $5::int8))"
+        "   AND o.published_at IS NULL AND o.dead_at IS NULL"
         " ORDER BY o.id LIMIT $1"
         " FOR UPDATE SKIP LOCKED";
 
 static const char delete_fmt[] = "DELETE FROM %s WHERE id = ANY($1::int8[])";
 static const char mark_fmt[] =
         "UPDATE %s SET published_at = now(), last_error = NULL WHERE id = ANY($1::int8[])";
-static const char fail_fmt[] =
-        "UPDATE %s SET attempts = attempts + $2::int4, last_error = $3,"
-        " dead_at = CASE WHEN $4::bool THEN now() END WHERE id = ANY($1::int8[])";
+static const char fail_fmt[] = "UPDATE %s SET attempts = attempts + $2::int4, last_error = $3,"
+                               " dead_at = CASE WHEN $4::bool THEN now() END WHERE id = ANY($1::int8[])";
 static const char retention_fmt[] =
         "DELETE FROM %s WHERE id IN (SELECT id FROM %s WHERE published_at < now() - $1::interval"
         " LIMIT $2)";
 /* The lock key: a constant class id for "outbox-relay" and the table's oid. */
-static const char leader_fmt[] =
-        "SELECT pg_try_advisory_lock(hashtext('outbox-relay'),"
-        " (('%s'::regclass)::oid::int8 & 2147483647)::int4)";
+static const char leader_fmt[] = "SELECT pg_try_advisory_lock(hashtext('outbox-relay'),"
+                                 " (('%s'::regclass)::oid::int8 & 2147483647)::int4)";
 static const char lag_fmt[] =
         "SELECT coalesce(floor(extract(epoch FROM now() - min(created_at)) * 1000000), 0)::int8"
         " FROM (SELECT created_at FROM %s WHERE published_at IS NULL AND dead_at IS NULL"
@@ -87,6 +180,31 @@ static char *quote_qualified(const char *name) {
         return strdup(buf);
 }
 
+/* tmpl with every "{table}" replaced by table and every "{columns}" by columns. */
+static char *sql_expand(const char *tmpl, const char *table, const char *columns) {
+        size_t cap = strlen(tmpl) + 1, len = 0;
+        char *out;
+
+        for (const char *c = tmpl; (c = strchr(c, '{')); c++)
+                cap += strlen(table) + strlen(columns);
+        out = malloc(cap);
+        if (!out)
+                return NULL;
+        for (const char *c = tmpl; *c;) {
+                if (strncmp(c, "{table}", 7) == 0) {
+                        len += (size_t)sprintf(out + len, "%s", table);
+                        c += 7;
+                } else if (strncmp(c, "{columns}", 9) == 0) {
+                        len += (size_t)sprintf(out + len, "%s", columns);
+                        c += 9;
+                } else {
+                        out[len++] = *c++;
+                }
+        }
+        out[len] = 0;
+        return out;
+}
+
 static char *sql_printf(const char *fmt, const char *a, const char *b) _printf_(1, 0);
 static char *sql_printf(const char *fmt, const char *a, const char *b) {
         char *s = NULL;
@@ -109,6 +227,14 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
         if (!table || !channel)
                 return -EINVAL;
         pg->sql_claim = sql_printf(claim_fmt, table, NULL);
+        {
+                /* claim_skip_tmpl selects what claim_fmt selects: its column list, %% unescaped. */
+                const char *from = strstr(claim_fmt, " FROM %s o");
+                _cleanup_free_ char *cols_fmt = from ? strndup(claim_fmt, (size_t)(from - claim_fmt)) : NULL;
+                _cleanup_free_ char *cols = cols_fmt ? sql_printf(cols_fmt, NULL, NULL) : NULL;
+
+                pg->sql_claim_skip = cols ? sql_expand(claim_skip_tmpl, table, cols) : NULL;
+        }
         pg->sql_delete = sql_printf(delete_fmt, table, NULL);
         pg->sql_mark = sql_printf(mark_fmt, table, NULL);
         pg->sql_fail = sql_printf(fail_fmt, table, NULL);
@@ -128,7 +254,7 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
                 lit[n] = 0;
                 pg->sql_leader = sql_printf(leader_fmt, lit, NULL);
         }
-        if (!pg->sql_claim || !pg->sql_delete || !pg->sql_mark || !pg->sql_fail ||
+        if (!pg->sql_claim || !pg->sql_claim_skip || !pg->sql_delete || !pg->sql_mark || !pg->sql_fail ||
             !pg->sql_retention || !pg->sql_lag || !pg->sql_listen || !pg->sql_leader) {
                 pg_done(pg);
                 return -ENOMEM;
@@ -139,6 +265,7 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
 void pg_done(struct pg *pg) {
         pg_disconnect(pg);
         free(pg->sql_claim);
+        free(pg->sql_claim_skip);
         free(pg->sql_delete);
         free(pg->sql_mark);
         free(pg->sql_fail);
@@ -175,15 +302,18 @@ static void set_err(char *err, size_t errsz, const char *what, const char *msg) 
         err[n] = 0;
 }
 
-static void conn_err(struct pg *pg, char *err, size_t errsz, const char *what) {
-        set_err(err, errsz, what, pg->conn ? PQerrorMessage(pg->conn) : NULL);
+/* libpq's message for the connection, or `fallback` when libpq has none to give. */
+static void conn_err(struct pg *pg, char *err, size_t errsz, const char *what, const char *fallback) {
+        const char *msg = pg->conn ? PQerrorMessage(pg->conn) : NULL;
+
+        set_err(err, errsz, what, msg && *msg ? msg : fallback);
 }
 
 /* Waits until the socket is ready for `events` or the deadline passes. */
 static int wait_socket(struct pg *pg, short events, usec_t deadline) {
         for (;;) {
                 usec_t now = now_usec();
-                struct pollfd p = {.fd = PQsocket(pg->conn), .events = events};
+                struct pollfd p = { .fd = PQsocket(pg->conn), .events = events };
                 int r;
 
                 if (p.fd < 0)
@@ -237,24 +367,38 @@ static PGresult *next_result(struct pg *pg, usec_t deadline, int *rp) {
         return PQgetResult(pg->conn);
 }
 
-/* Maps a failed result or connection to -errno; drops the connection when it is gone. */
+/* Maps a failed result or connection to -errno, says why in err, and drops the connection. */
 static int fail_conn(struct pg *pg, int r, char *err, size_t errsz, const char *what) {
         if (r == -ETIMEDOUT)
                 set_err(err, errsz, what, "deadline passed, dropping the connection");
         else if (r == -ECANCELED)
                 set_err(err, errsz, what, "cancelled by a second stop signal");
+        else if (r == -EPROTO)
+                set_err(err, errsz, what, "unexpected reply from the server, dropping the connection");
         else
-                conn_err(pg, err, errsz, what);
+                conn_err(pg, err, errsz, what, r < 0 && r != -ECONNRESET ? strerror(-r) : "connection lost");
         /* After a timeout or a broken stream the protocol state is unknown: start afresh. The
          * server rolls back whatever the connection had open. */
         pg_disconnect(pg);
         return r == -ETIMEDOUT ? r : -ECONNRESET;
 }
 
+/* The server's message for a failed result (never empty). */
+static void result_err(const PGresult *res, char *err, size_t errsz, const char *what) {
+        const char *msg = PQresultErrorMessage(res);
+
+        set_err(err, errsz, what, msg && *msg ? msg : PQresStatus(PQresultStatus(res)));
+}
+
+/* The early return of a call made while there is no connection. */
+static int not_connected(char *err, size_t errsz, const char *what) {
+        set_err(err, errsz, what, "not connected to PostgreSQL");
+        return -ECONNRESET;
+}
+
 /* Runs one statement outside pipeline mode and returns its (single) result. */
-static int exec_one(struct pg *pg, const char *sql, int nparams, const char *const *values,
-                    int result_format, usec_t deadline, PGresult **out, char *err, size_t errsz,
-                    const char *what) {
+static int exec_one(struct pg *pg, const char *sql, int nparams, const char *const *values, int result_format,
+                    usec_t deadline, PGresult **out, char *err, size_t errsz, const char *what) {
         PGresult *res = NULL, *extra;
         ExecStatusType st;
         int r;
@@ -276,7 +420,7 @@ static int exec_one(struct pg *pg, const char *sql, int nparams, const char *con
         }
         st = PQresultStatus(res);
         if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-                set_err(err, errsz, what, PQresultErrorMessage(res));
+                result_err(res, err, errsz, what);
                 PQclear(res);
                 if (PQstatus(pg->conn) != CONNECTION_OK) {
                         pg_disconnect(pg);
@@ -307,11 +451,15 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         char idle[32], ktimeout[32], stmt[32], itx[32];
         char set_sql[640];
         /* Our settings first, the user's conninfo last: what the user wrote wins. */
-        const char *keys[] = {"keepalives", "keepalives_idle", "keepalives_interval",
-                              "keepalives_count", "tcp_user_timeout", "fallback_application_name",
-                              "dbname", NULL};
-        const char *vals[] = {"1", idle, "5", "3", ktimeout, "outbox-relay",
-                              cfg->postgres.conninfo, NULL};
+        const char *keys[] = { "keepalives",
+                               "keepalives_idle",
+                               "keepalives_interval",
+                               "keepalives_count",
+                               "tcp_user_timeout",
+                               "fallback_application_name",
+                               "dbname",
+                               NULL };
+        const char *vals[] = { "1", idle, "5", "3", ktimeout, "outbox-relay", cfg->postgres.conninfo, NULL };
         int r;
 
         pg_disconnect(pg);
@@ -327,7 +475,7 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
                 return -ENOMEM;
         }
         if (PQstatus(pg->conn) == CONNECTION_BAD) {
-                conn_err(pg, err, errsz, "connecting");
+                conn_err(pg, err, errsz, "connecting", "connection refused");
                 pg_disconnect(pg);
                 return -ECONNREFUSED;
         }
@@ -336,15 +484,14 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
                 if (st == PGRES_POLLING_OK)
                         break;
                 if (st == PGRES_POLLING_FAILED) {
-                        conn_err(pg, err, errsz, "connecting");
+                        conn_err(pg, err, errsz, "connecting", "connection failed");
                         pg_disconnect(pg);
                         return -ECONNREFUSED;
                 }
                 r = wait_socket(pg, st == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline);
                 if (r < 0) {
                         set_err(err, errsz, "connecting",
-                                r == -ETIMEDOUT ? "no connection within the connect timeout"
-                                                : strerror(-r));
+                                r == -ETIMEDOUT ? "no connection within the connect timeout" : strerror(-r));
                         pg_disconnect(pg);
                         return r == -ETIMEDOUT ? r : -ECONNREFUSED;
                 }
@@ -352,7 +499,7 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         }
         PQsetNoticeProcessor(pg->conn, notice_sink, NULL);
         if (PQsetnonblocking(pg->conn, 1) != 0) {
-                conn_err(pg, err, errsz, "connecting");
+                conn_err(pg, err, errsz, "connecting", "cannot switch to non-blocking mode");
                 pg_disconnect(pg);
                 return -ECONNREFUSED;
         }
@@ -364,10 +511,13 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
                  (unsigned long long)((cfg->relay.batch_timeout * 2) / USEC_PER_MSEC));
         /* The server side of the connection gets keepalives and a user timeout too: a relay
          * cut off by the network must not keep its backend, and with it the leader lock and
-         * row locks, for the kernel's two hours. */
+         * row locks, for the kernel's two hours. JIT is off: the claim while something is
+         * paused has estimated costs past jit_above_cost, and compiling it took 0.6-1 s where
+         * running it takes 5-30 ms (docs/claim.md); nothing the relay runs gains from JIT. */
         snprintf(set_sql, sizeof(set_sql),
                  "SELECT set_config('statement_timeout', '%s', false),"
                  " set_config('idle_in_transaction_session_timeout', '%s', false),"
+                 " set_config('jit', 'off', false),"
                  " set_config('tcp_keepalives_idle', '%s', false),"
                  " set_config('tcp_keepalives_interval', '5', false),"
                  " set_config('tcp_keepalives_count', '3', false),"
@@ -457,8 +607,7 @@ static int batch_parse(struct pg_batch *b) {
         for (int i = 0; i < n; i++) {
                 struct pg_row *row = &b->rows[i];
 
-                if (PQgetlength(res, i, 0) != 8 || PQgetlength(res, i, 4) != 8 ||
-                    PQgetlength(res, i, 5) != 4)
+                if (PQgetlength(res, i, 0) != 8 || PQgetlength(res, i, 4) != 8 || PQgetlength(res, i, 5) != 4)
                         return -EPROTO;
                 row->id = be64(PQgetvalue(res, i, 0));
                 row->topic = PQgetvalue(res, i, 1);
@@ -515,69 +664,91 @@ static char *text_array(const char *const *v, size_t n) {
         return out;
 }
 
-int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, struct pg_batch *b,
-             usec_t deadline, char *err, size_t errsz) {
-        static const struct pg_skip none = {0};
-        char lim[16];
+/* True when any of the n strings is NULL (a literal cannot say "no such topic"). */
+static bool any_null(const char *const *v, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (!v[i])
+                        return true;
+        return false;
+}
+
+int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, struct pg_batch *b, usec_t deadline,
+             char *err, size_t errsz) {
+        char lim[16], depth[16];
         _cleanup_free_ char *topics = NULL, *key_topics = NULL, *keys = NULL;
-        const char *params[4];
+        const char *params[5] = { lim };
+        const char *sql;
+        int nparams = 1;
         PGresult *res = NULL;
         int r;
 
-        if (!skip)
-                skip = &none;
-        topics = text_array(skip->topics, skip->n_topics);
-        key_topics = text_array(skip->key_topics, skip->n_keys);
-        keys = text_array(skip->keys, skip->n_keys);
-        if (!topics || !key_topics || !keys) {
-                set_err(err, errsz, "claim", "out of memory");
-                return -ENOMEM;
-        }
-        params[0] = lim;
-        params[1] = topics;
-        params[2] = key_topics;
-        params[3] = keys;
         memset(b, 0, sizeof(*b));
         if (!pg_connected(pg))
-                return -ECONNRESET;
+                return not_connected(err, errsz, "claim");
         snprintf(lim, sizeof(lim), "%d", limit);
+        sql = pg->sql_claim;
+        if (skip && (skip->n_topics || skip->n_keys)) {
+                if (any_null(skip->topics, skip->n_topics) || any_null(skip->key_topics, skip->n_keys) ||
+                    any_null(skip->keys, skip->n_keys)) {
+                        set_err(err, errsz, "claim", "a paused topic or key is NULL");
+                        return -EINVAL;
+                }
+                topics = text_array(skip->topics, skip->n_topics);
+                key_topics = text_array(skip->key_topics, skip->n_keys);
+                keys = text_array(skip->keys, skip->n_keys);
+                if (!topics || !key_topics || !keys) {
+                        set_err(err, errsz, "claim", "out of memory");
+                        return -ENOMEM;
+                }
+                /* With ordering = "none" every relay claims the same rows: their locked rows come
+                 * first among the candidates, so look four batches deep, and a relay behind up to
+                 * three others still gets a full batch (docs/claim.md, "Depth"). */
+                snprintf(depth, sizeof(depth), "%lld",
+                         (long long)limit * (pg->cfg->relay.ordering == ORDERING_NONE ? 4 : 1));
+                params[1] = topics;
+                params[2] = key_topics;
+                params[3] = keys;
+                params[4] = depth;
+                nparams = 5;
+                sql = pg->sql_claim_skip;
+        }
         /* BEGIN and the claim travel together: one round trip. An explicit BEGIN keeps the
-         * transaction (and the row locks) open past the sync. */
+         * transaction (and the row locks) open past the sync. The paused form is planned without
+         * bitmap scans (for this transaction only): a bitmap scan reads every row of a topic and
+         * sorts them, where the index scan in id order stops after the rows it needs, and with
+         * an estimate of a few rows for "topic >= t AND topic <= t" the planner preferred it. */
         if (!PQenterPipelineMode(pg->conn) ||
             !PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
-            !PQsendQueryParams(pg->conn, pg->sql_claim, 4, NULL, params, NULL, NULL, 1) ||
-            !PQpipelineSync(pg->conn)) {
-                        return fail_conn(pg, -ECONNRESET, err, errsz, "claim");
-        }
+            (sql == pg->sql_claim_skip &&
+             !PQsendQueryParams(pg->conn, "SELECT set_config('enable_bitmapscan', 'off', true)", 0, NULL,
+                                NULL, NULL, NULL, 0)) ||
+            !PQsendQueryParams(pg->conn, sql, nparams, NULL, params, NULL, NULL, 1) ||
+            !PQpipelineSync(pg->conn))
+                return fail_conn(pg, -ECONNRESET, err, errsz, "claim");
         pg->in_tx = true;
         r = flush_out(pg, deadline);
         if (r < 0)
                 goto lost;
-        r = pipeline_result(pg, deadline, &res); /* BEGIN */
-        if (r < 0)
-                goto lost;
-        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-                set_err(err, errsz, "BEGIN", PQresultErrorMessage(res));
-                r = -EIO;
-        }
-        PQclear(res);
-        res = NULL;
-        {
-                PGresult *claim = NULL;
-                int r2 = pipeline_result(pg, deadline, &claim);
+        /* BEGIN, the setting, the claim: the first failure is the one to report (the statements
+         * after it only say the pipeline was aborted). */
+        for (int i = 0, n = sql == pg->sql_claim_skip ? 3 : 2; i < n; i++) {
+                static const char *const what[] = { "BEGIN", "claim", "claim" };
+                bool last = i == n - 1;
+                int r2 = pipeline_result(pg, deadline, &res);
 
                 if (r2 < 0) {
                         r = r2;
                         goto lost;
                 }
-                if (r == 0 && PQresultStatus(claim) != PGRES_TUPLES_OK) {
-                        set_err(err, errsz, "claim", PQresultErrorMessage(claim));
+                if (r == 0 && PQresultStatus(res) != (i == 0 ? PGRES_COMMAND_OK : PGRES_TUPLES_OK)) {
+                        result_err(res, err, errsz, what[i]);
                         r = -EIO;
                 }
-                if (r == 0)
-                        b->res = claim;
+                if (last && r == 0)
+                        b->res = res;
                 else
-                        PQclear(claim);
+                        PQclear(res);
+                res = NULL;
         }
         r = r < 0 ? r : 0;
         {
@@ -602,7 +773,7 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, struct pg_bat
         }
         r = batch_parse(b);
         if (r < 0) {
-                set_err(err, errsz, "claim", "unexpected result shape");
+                set_err(err, errsz, "claim", r == -ENOMEM ? "out of memory" : "unexpected result shape");
                 pg_batch_clear(b);
                 pg_rollback(pg, deadline);
                 return r;
@@ -644,12 +815,18 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
         size_t n_groups = 0, expected = 0;
         int r = 0, first_err = 0;
 
-        if (!pg_connected(pg) || !pg->in_tx)
+        if (!pg_connected(pg))
+                return not_connected(err, errsz, "finish");
+        if (!pg->in_tx) {
+                set_err(err, errsz, "finish", "no claimed batch to finish");
                 return -ECONNRESET;
+        }
         if (n_fails) {
                 group = calloc(n_fails, sizeof(*group));
                 fail_arrs = calloc(n_fails, sizeof(*fail_arrs));
                 if (!group || !fail_arrs) {
+                        set_err(err, errsz, "finish", "out of memory, rolling back");
+                        pg_rollback(pg, deadline);
                         r = -ENOMEM;
                         goto out;
                 }
@@ -668,8 +845,7 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
                 }
                 params[0] = done_arr;
                 if (!PQsendQueryParams(pg->conn,
-                                       pg->cfg->relay.finish == FINISH_MARK ? pg->sql_mark
-                                                                            : pg->sql_delete,
+                                       pg->cfg->relay.finish == FINISH_MARK ? pg->sql_mark : pg->sql_delete,
                                        1, NULL, params, NULL, NULL, 0))
                         goto send_failed;
                 expected++;
@@ -682,8 +858,7 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
                 const char *params[4];
 
                 while (j < n_fails && fails[j].attempts_inc == fails[i].attempts_inc &&
-                       fails[j].dead == fails[i].dead &&
-                       strcmp(fails[j].reason, fails[i].reason) == 0)
+                       fails[j].dead == fails[i].dead && strcmp(fails[j].reason, fails[i].reason) == 0)
                         group[k++] = fails[j++].id;
                 fail_arrs[n_groups] = id_array(group, k);
                 if (!fail_arrs[n_groups]) {
@@ -700,8 +875,7 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
                 expected++;
                 i = j;
         }
-        if (!PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
-            !PQpipelineSync(pg->conn))
+        if (!PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) || !PQpipelineSync(pg->conn))
                 goto send_failed;
         expected++;
         r = flush_out(pg, deadline);
@@ -717,7 +891,7 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
                         ExecStatusType st = PQresultStatus(res);
 
                         if (st != PGRES_COMMAND_OK) {
-                                set_err(err, errsz, "finish", PQresultErrorMessage(res));
+                                result_err(res, err, errsz, "finish");
                                 first_err = -EIO;
                         } else if (i == expected - 1 && strcmp(PQcmdStatus(res), "COMMIT") != 0) {
                                 set_err(err, errsz, "finish", "COMMIT turned into ROLLBACK");
@@ -754,6 +928,7 @@ lost:
         goto out;
 abandon:
         /* Results may still be queued in the pipeline: no cheap way back to a known state. */
+        set_err(err, errsz, "finish", "out of memory, dropping the connection");
         pg_disconnect(pg);
 out:
         if (fail_arrs)
@@ -775,12 +950,12 @@ void pg_rollback(struct pg *pg, usec_t deadline) {
 
 int pg_retention(struct pg *pg, int limit, usec_t deadline, char *err, size_t errsz) {
         char interval[32], lim[16];
-        const char *params[2] = {interval, lim};
+        const char *params[2] = { interval, lim };
         PGresult *res;
         int r;
 
         if (!pg_connected(pg))
-                return -ECONNRESET;
+                return not_connected(err, errsz, "retention");
         snprintf(interval, sizeof(interval), "%llu milliseconds",
                  (unsigned long long)(pg->cfg->relay.retention / USEC_PER_MSEC));
         snprintf(lim, sizeof(lim), "%d", limit);
@@ -798,7 +973,7 @@ int pg_try_leader(struct pg *pg, bool *leader, usec_t deadline, char *err, size_
 
         *leader = false;
         if (!pg_connected(pg))
-                return -ECONNRESET;
+                return not_connected(err, errsz, "leader lock");
         r = exec_one(pg, pg->sql_leader, 0, NULL, 0, deadline, &res, err, errsz, "leader lock");
         if (r < 0)
                 return r;
@@ -812,13 +987,11 @@ int pg_lag(struct pg *pg, usec_t *lag, usec_t deadline, char *err, size_t errsz)
         int r;
 
         if (!pg_connected(pg))
-                return -ECONNRESET;
+                return not_connected(err, errsz, "lag");
         r = exec_one(pg, pg->sql_lag, 0, NULL, 1, deadline, &res, err, errsz, "lag");
         if (r < 0)
                 return r;
-        *lag = PQntuples(res) == 1 && PQgetlength(res, 0, 0) == 8
-                       ? (usec_t)be64(PQgetvalue(res, 0, 0))
-                       : 0;
+        *lag = PQntuples(res) == 1 && PQgetlength(res, 0, 0) == 8 ? (usec_t)be64(PQgetvalue(res, 0, 0)) : 0;
         PQclear(res);
         return 0;
 }
