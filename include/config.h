@@ -16,8 +16,9 @@ enum finish_mode {
 };
 
 enum ordering_mode {
-        ORDERING_KEY,  /* one relay per table publishes at a time (leader lock): per-key order holds */
-        ORDERING_NONE, /* every relay claims: more throughput, per-key order across relays not kept */
+        ORDERING_KEY,    /* every relay claims; per-(topic, key) bucket locks keep per-key order */
+        ORDERING_SINGLE, /* one relay per table publishes at a time (leader lock), the others stand by */
+        ORDERING_NONE,   /* every relay claims with no order between relays */
 };
 
 /* One librdkafka property from the `kafka` group, already translated to librdkafka's name

@@ -53,6 +53,10 @@ struct pg {
         char *sql_lag;
         char *sql_listen;
         char *sql_leader;
+        /* ordering = "key": the advisory lock classes of this table's key buckets and of its
+         * relays' member slots (from the table's oid, set on connect), and this session's slot. */
+        int32_t bucket_class, member_class;
+        int member_slot; /* -1: none */
         bool in_tx;
         /* Called about once a second while a call waits on the server, so the caller can keep
          * serving its watchdog during a long but bounded wait. Optional. */
@@ -91,6 +95,14 @@ struct pg_skip {
         size_t n_keys;
 };
 
+/* ordering = "key": which key buckets the claim may lock, and how far it looks. A row of a key is
+ * claimed only together with its bucket's transaction-scoped advisory lock, so no two open
+ * batches ever hold rows of one (topic, key); a row without a key takes no lock. */
+struct pg_order {
+        unsigned modulus, residue; /* buckets b with b % modulus == residue (share.h) */
+        int depth;                 /* pending rows the claim looks at, at most */
+};
+
 /* BEGIN and claim up to `limit` rows in id order, one round trip, leaving out what `skip`
  * names (NULL = nothing). For every (topic, key) the rows returned are the first of its pending
  * rows that no other transaction holds; rows of a paused topic or pair are not returned, and
@@ -98,9 +110,10 @@ struct pg_skip {
  * rows came back; an empty claim is committed at once. Every failure fills err:
  * -ECONNRESET: connection lost or not connected; -ETIMEDOUT: deadline passed (the connection is
  * then dropped); -EIO: a statement failed; -ENOMEM; -EPROTO: a result of the wrong shape;
- * -EINVAL: a NULL name in `skip`. */
-int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, struct pg_batch *b, usec_t deadline,
-             char *err, size_t errsz);
+ * -EINVAL: a NULL name in `skip`. With ordering = "key", `order` says which buckets it may
+ * lock (NULL: all, looking two batches deep). */
+int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct pg_order *order,
+             struct pg_batch *b, usec_t deadline, char *err, size_t errsz);
 void pg_batch_clear(struct pg_batch *b);
 
 /* Finishes the claimed rows and COMMITs, one round trip: deletes or marks `done`, records
@@ -111,10 +124,20 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
 /* Rolls back an open transaction. Drops the connection if that fails. */
 void pg_rollback(struct pg *pg, usec_t deadline);
 
-/* ordering = "key": tries to become the one relay that publishes this table, by a session
+/* ordering = "single": tries to become the one relay that publishes this table, by a session
  * advisory lock on the table's oid (released when the connection ends, so a dead leader's
  * successor takes over). Sets *leader. */
 int pg_try_leader(struct pg *pg, bool *leader, usec_t deadline, char *err, size_t errsz);
+
+/* ordering = "key": takes a member slot of the table (a session advisory lock; it ends with the
+ * session), sets pg->member_slot. */
+int pg_join(struct pg *pg, usec_t deadline, char *err, size_t errsz);
+
+/* ordering = "key": the member slots held on the table (up to cap), and whether our own slot is
+ * held by this very backend (false behind a pooler in transaction mode: session locks are not
+ * ours there). */
+int pg_members(struct pg *pg, int *slots, size_t cap, size_t *n, bool *own_held, usec_t deadline, char *err,
+               size_t errsz);
 
 /* finish = "mark": deletes up to `limit` marked rows older than the retention. Returns the count. */
 int pg_retention(struct pg *pg, int limit, usec_t deadline, char *err, size_t errsz);

@@ -11,6 +11,7 @@
 #include "notify.h"
 #include "pause.h"
 #include "pg.h"
+#include "share.h"
 #include "signals.h"
 
 enum relay_state {
@@ -49,7 +50,7 @@ struct relay {
         uint64_t status_published; /* published total then */
         usec_t next_retention;
         bool ready_sent;
-        bool leader;            /* ordering = "key": this relay holds the table's leader lock */
+        bool leader;            /* ordering = "single": this relay holds the table's leader lock */
         bool standby_said;      /* the standby state was logged */
         usec_t next_leader_try;
 
@@ -61,6 +62,13 @@ struct relay {
         /* (topic, key) pairs a failed probe tried: the next probe tests others, so one broken
          * partition does not keep the breaker open. Forgotten when the breaker closes. */
         struct pause_set probe_keys;
+
+        /* ordering = "key": how this relay shares the table with the others (share.c). */
+        struct share share;
+        usec_t next_members;   /* when to look at the members again */
+        bool part_short;       /* the last claim of our part came back short of a full batch */
+        bool pooler_said;      /* the lost session lock was logged */
+        size_t last_keys;      /* distinct (topic, key) pairs of the last batch */
 
         struct relay_stats stats;
         struct relay_stats last_summary;

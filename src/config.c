@@ -30,7 +30,7 @@ enum key_kind {
         KEY_TABLE,    /* identifier, optionally schema-qualified */
         KEY_CHANNEL,  /* identifier */
         KEY_FINISH,   /* "delete" | "mark" */
-        KEY_ORDERING, /* "key" | "none" */
+        KEY_ORDERING, /* "key" | "single" | "none" */
         KEY_LOGLEVEL, /* "error" | "warning" | "notice" | "info" | "debug" */
 };
 
@@ -618,10 +618,12 @@ static int parse_key(struct loader *l, const config_setting_t *s, const struct k
                         return r;
                 if (strcmp(v, "key") == 0)
                         *(enum ordering_mode *)f = ORDERING_KEY;
+                else if (strcmp(v, "single") == 0)
+                        *(enum ordering_mode *)f = ORDERING_SINGLE;
                 else if (strcmp(v, "none") == 0)
                         *(enum ordering_mode *)f = ORDERING_NONE;
                 else
-                        return setting_error(l, s, "must be \"key\" or \"none\" (got %s)",
+                        return setting_error(l, s, "must be \"key\", \"single\" or \"none\" (got %s)",
                                              cfgutil_quote(v, q, sizeof(q)));
                 return 0;
 

@@ -126,6 +126,8 @@ static int claim(struct relay *r, int limit, bool probe, struct cycle *c, usec_t
         _cleanup_free_ const char **key_topics = calloc(n_keys + 1, sizeof(char *));
         _cleanup_free_ const char **keys = calloc(n_keys + 1, sizeof(char *));
         struct pg_skip skip = {.topics = topics, .key_topics = key_topics, .keys = keys};
+        struct pg_order order = {1, 0, 2 * limit};
+        int ret;
 
         if (!topics || !key_topics || !keys) {
                 snprintf(err, errsz, "claim: out of memory");
@@ -136,7 +138,17 @@ static int claim(struct relay *r, int limit, bool probe, struct cycle *c, usec_t
         if (probe)
                 skip.n_keys += pause_set_active(&r->probe_keys, now, key_topics + skip.n_keys,
                                                 keys + skip.n_keys, r->probe_keys.n);
-        return pg_claim(&r->pg, limit, &skip, &c->claimed, c->deadline, err, errsz);
+        if (r->cfg->relay.ordering == ORDERING_KEY) {
+                /* Our part of the key buckets, or all of them for a rescue; deep enough to find
+                 * a full batch of our part among the rows the other relays hold. */
+                struct share_filter f = share_next(&r->share, now, r->part_short);
+
+                order = (struct pg_order){f.modulus, f.residue, (int)(r->share.relays + 1) * limit};
+        }
+        ret = pg_claim(&r->pg, limit, &skip, &order, &c->claimed, c->deadline, err, errsz);
+        /* Our part came back short of a full batch: the next claim helps with the rest. */
+        r->part_short = ret == 0 && order.modulus > 1 && c->claimed.n < (size_t)limit;
+        return ret;
 }
 
 /* Carries out the plan's pauses: refused topics and held-back keys wait, what was delivered is
@@ -215,6 +227,9 @@ static int finish(struct relay *r, struct cycle *c, char *err, size_t errsz) {
 /* What the committed batch changed: totals, dead letters (one journal event each, they are
  * rare), order kept by dead-lettering, the outcome line. */
 static void account(struct relay *r, const struct batch *b) {
+        r->last_keys = 0;
+        for (size_t i = 0; i < b->n; i++)
+                r->last_keys += b->rows[i].key && b->rows[i].prev < 0;
         r->stats.batches++;
         r->stats.published += b->delivered;
         r->stats.failed += b->failed;

@@ -1,5 +1,6 @@
 /* pg.c -- The relay's PostgreSQL connection: connect with a deadline, LISTEN, claim and finish batches. */
 #include "pg.h"
+#include "share.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -217,6 +218,89 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
         return s;
 }
 
+/* ordering = "key": a row is claimable only with its bucket's transaction-scoped advisory lock
+ * (released by commit, rollback or the session's end: no leases, nothing to clean up), and only
+ * in the buckets this relay's part covers. The bucket of a row with a key is a hash of (topic,
+ * key) that every relay computes alike, in the server; a row without a key carries no order and
+ * takes the bucket of its id. The lock is tried in the filter of the id-order walk, so only for
+ * rows the walk reaches before the batch is full. A relay whose part is all held by others must
+ * not read the whole backlog to find that out: the walk stops `depth` pending rows in.
+ * Since every row comes with its bucket's lock, no other relay can hold a row lock on it, and
+ * the rows are locked with a plain FOR UPDATE, not SKIP LOCKED: a row locked by something else
+ * (a program holding outbox rows) is waited for (statement_timeout bounds it) instead of
+ * skipped, which could let a later row of its key go first. */
+#define BUCKET_EXPR                                                                                                    \
+        "((CASE WHEN o.key IS NULL THEN hashint8extended(o.id, 0)"                                                    \
+        " ELSE hashtextextended(o.topic || E'\\x1f' || o.key, 0) END) & %d)::int4"
+/* One CASE, so the lock is tried only for rows of our part (the planner may reorder ANDs). */
+static const char order_fmt[] = " AND CASE WHEN " BUCKET_EXPR " %% $%d::int4 = $%d::int4"
+                                " THEN pg_try_advisory_xact_lock($%d::int4, " BUCKET_EXPR ") ELSE false END";
+static const char depth_fmt[] =
+        " AND o.id <= coalesce((SELECT p.id FROM %s p WHERE p.published_at IS NULL AND p.dead_at IS NULL"
+        "  ORDER BY p.id OFFSET $%d::int8 LIMIT 1), 9223372036854775807)";
+
+/* `sql` with its last " FOR UPDATE SKIP LOCKED" turned into " FOR UPDATE". */
+static void wait_for_row_locks(char *sql) {
+        char *at = NULL, *c = sql;
+
+        while (c && (c = strstr(c, " FOR UPDATE SKIP LOCKED")))
+                at = c++;
+        if (at)
+                memmove(at + strlen(" FOR UPDATE"), at + strlen(" FOR UPDATE SKIP LOCKED"),
+                        strlen(at + strlen(" FOR UPDATE SKIP LOCKED")) + 1);
+}
+
+/* `sql` with `extra` put before its last " ORDER BY o.id LIMIT $1". */
+static char *sql_insert_filter(const char *sql, const char *extra) {
+        const char *at = NULL, *c = sql, *needle = " ORDER BY o.id LIMIT $1";
+        char *out = NULL;
+
+        if (!sql || !extra)
+                return NULL;
+        while ((c = strstr(c, needle)))
+                at = c++;
+        if (!at || asprintf(&out, "%.*s%s%s", (int)(at - sql), sql, extra, at) < 0)
+                return NULL;
+        return out;
+}
+
+/* The claim forms of ordering = "key": the plain one takes $2 modulus, $3 residue, $4 depth,
+ * $5 lock class; the paused one $6 modulus, $7 residue, $8 lock class after its own five. */
+static int order_claims(struct pg *pg, const char *table) {
+        _cleanup_free_ char *plain = NULL, *skip = NULL, *depth = NULL;
+        char *a, *b;
+
+        if (asprintf(&plain, order_fmt, SHARE_BUCKETS - 1, 2, 3, 5, SHARE_BUCKETS - 1) < 0 ||
+            asprintf(&skip, order_fmt, SHARE_BUCKETS - 1, 6, 7, 8, SHARE_BUCKETS - 1) < 0) {
+                plain = skip = NULL;
+                return -ENOMEM;
+        }
+        if (asprintf(&depth, depth_fmt, table, 4) < 0) {
+                depth = NULL;
+                return -ENOMEM;
+        }
+        {
+                _cleanup_free_ char *both = NULL;
+
+                if (asprintf(&both, "%s%s", plain, depth) < 0)
+                        return -ENOMEM;
+                a = sql_insert_filter(pg->sql_claim, both);
+        }
+        b = sql_insert_filter(pg->sql_claim_skip, skip);
+        if (!a || !b) {
+                free(a);
+                free(b);
+                return -ENOMEM;
+        }
+        wait_for_row_locks(a);
+        wait_for_row_locks(b);
+        free(pg->sql_claim);
+        free(pg->sql_claim_skip);
+        pg->sql_claim = a;
+        pg->sql_claim_skip = b;
+        return 0;
+}
+
 int pg_init(struct pg *pg, const struct relay_config *cfg) {
         _cleanup_free_ char *table = NULL, *channel = NULL;
 
@@ -255,10 +339,12 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
                 pg->sql_leader = sql_printf(leader_fmt, lit, NULL);
         }
         if (!pg->sql_claim || !pg->sql_claim_skip || !pg->sql_delete || !pg->sql_mark || !pg->sql_fail ||
-            !pg->sql_retention || !pg->sql_lag || !pg->sql_listen || !pg->sql_leader) {
+            !pg->sql_retention || !pg->sql_lag || !pg->sql_listen || !pg->sql_leader ||
+            (cfg->relay.ordering == ORDERING_KEY && order_claims(pg, table) < 0)) {
                 pg_done(pg);
                 return -ENOMEM;
         }
+        pg->member_slot = -1;
         return 0;
 }
 
@@ -281,6 +367,7 @@ void pg_disconnect(struct pg *pg) {
                 PQfinish(pg->conn);
         pg->conn = NULL;
         pg->in_tx = false;
+        pg->member_slot = -1; /* a session lock ends with its session */
 }
 
 bool pg_connected(const struct pg *pg) {
@@ -533,6 +620,79 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
                 pg_disconnect(pg);
                 return r == -EIO ? -ECONNREFUSED : r;
         }
+        if (cfg->relay.ordering == ORDERING_KEY) {
+                /* The lock classes of this table: from its oid, so two tables never share them. */
+                const char *params[1] = {cfg->postgres.table};
+                PGresult *res;
+
+                r = exec_one(pg,
+                             "SELECT hashtext('outbox-relay/bucket ' || c.oid::text),"
+                             " hashtext('outbox-relay/member ' || c.oid::text)"
+                             " FROM (SELECT $1::text::regclass::oid AS oid) c",
+                             1, params, 0, deadline, &res, err, errsz, "lock classes");
+                if (r < 0) {
+                        pg_disconnect(pg);
+                        return r == -EIO ? -ECONNREFUSED : r;
+                }
+                pg->bucket_class = (int32_t)strtol(PQgetvalue(res, 0, 0), NULL, 10);
+                pg->member_class = (int32_t)strtol(PQgetvalue(res, 0, 1), NULL, 10);
+                PQclear(res);
+        }
+        return 0;
+}
+
+int pg_join(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
+        char cls[16];
+        const char *params[1] = {cls};
+        PGresult *res;
+        int r;
+
+        if (!pg_connected(pg))
+                return not_connected(err, errsz, "member slot");
+        snprintf(cls, sizeof(cls), "%d", pg->member_class);
+        /* The function scan hands the filter one slot at a time: LIMIT 1 stops at the first lock. */
+        r = exec_one(pg, "SELECT s FROM generate_series(0, 1023) s WHERE pg_try_advisory_lock($1::int4, s) LIMIT 1", 1,
+                     params, 0, deadline, &res, err, errsz, "member slot");
+        if (r < 0)
+                return r;
+        if (PQntuples(res) != 1) {
+                PQclear(res);
+                set_err(err, errsz, "member slot", "all 1024 member slots of the table are taken");
+                return -EBUSY;
+        }
+        pg->member_slot = (int)strtol(PQgetvalue(res, 0, 0), NULL, 10);
+        PQclear(res);
+        return 0;
+}
+
+int pg_members(struct pg *pg, int *slots, size_t cap, size_t *n, bool *own_held, usec_t deadline, char *err,
+               size_t errsz) {
+        char cls[16], own[16];
+        const char *params[2] = {cls, own};
+        PGresult *res;
+        int r;
+
+        *n = 0;
+        *own_held = false;
+        if (!pg_connected(pg))
+                return not_connected(err, errsz, "members");
+        snprintf(cls, sizeof(cls), "%d", pg->member_class);
+        snprintf(own, sizeof(own), "%d", pg->member_slot);
+        r = exec_one(pg,
+                     "SELECT l.objid::int8, l.objid::int8 = $2::int8 AND l.pid = pg_backend_pid()"
+                     " FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted"
+                     "  AND l.classid = ($1::int4)::oid"
+                     "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                     2, params, 0, deadline, &res, err, errsz, "members");
+        if (r < 0)
+                return r;
+        for (int i = 0; i < PQntuples(res); i++) {
+                if (*n < cap)
+                        slots[(*n)++] = (int)strtol(PQgetvalue(res, i, 0), NULL, 10);
+                if (strcmp(PQgetvalue(res, i, 1), "t") == 0)
+                        *own_held = true;
+        }
+        PQclear(res);
         return 0;
 }
 
@@ -672,12 +832,14 @@ static bool any_null(const char *const *v, size_t n) {
         return false;
 }
 
-int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, struct pg_batch *b, usec_t deadline,
-             char *err, size_t errsz) {
-        char lim[16], depth[16];
+int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct pg_order *order,
+             struct pg_batch *b, usec_t deadline, char *err, size_t errsz) {
+        char lim[16], depth[16], mod[16], res_[16], cls[16];
         _cleanup_free_ char *topics = NULL, *key_topics = NULL, *keys = NULL;
-        const char *params[5] = { lim };
+        const char *params[8] = { lim };
         const char *sql;
+        bool ordered = pg->cfg->relay.ordering == ORDERING_KEY;
+        struct pg_order all = { 1, 0, 2 * limit };
         int nparams = 1;
         PGresult *res = NULL;
         int r;
@@ -685,8 +847,22 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, struct pg_bat
         memset(b, 0, sizeof(*b));
         if (!pg_connected(pg))
                 return not_connected(err, errsz, "claim");
+        if (!order)
+                order = &all;
         snprintf(lim, sizeof(lim), "%d", limit);
+        snprintf(mod, sizeof(mod), "%u", order->modulus ? order->modulus : 1);
+        snprintf(res_, sizeof(res_), "%u", order->modulus ? order->residue % order->modulus : 0);
+        snprintf(cls, sizeof(cls), "%d", pg->bucket_class);
         sql = pg->sql_claim;
+        if (ordered) {
+                /* $2 modulus, $3 residue, $4 depth, $5 lock class */
+                snprintf(depth, sizeof(depth), "%d", order->depth > limit ? order->depth : limit);
+                params[1] = mod;
+                params[2] = res_;
+                params[3] = depth;
+                params[4] = cls;
+                nparams = 5;
+        }
         if (skip && (skip->n_topics || skip->n_keys)) {
                 if (any_null(skip->topics, skip->n_topics) || any_null(skip->key_topics, skip->n_keys) ||
                     any_null(skip->keys, skip->n_keys)) {
@@ -700,16 +876,25 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, struct pg_bat
                         set_err(err, errsz, "claim", "out of memory");
                         return -ENOMEM;
                 }
-                /* With ordering = "none" every relay claims the same rows: their locked rows come
-                 * first among the candidates, so look four batches deep, and a relay behind up to
-                 * three others still gets a full batch (docs/claim.md, "Depth"). */
+                /* Other relays' locked rows come first among the candidates: with ordering =
+                 * "none" look four batches deep, so a relay behind up to three others still gets a
+                 * full batch (docs/claim.md, "Depth"); with "key" as deep as the caller says (its
+                 * part of the buckets is a fraction of the candidates). */
                 snprintf(depth, sizeof(depth), "%lld",
-                         (long long)limit * (pg->cfg->relay.ordering == ORDERING_NONE ? 4 : 1));
+                         ordered ? (long long)(order->depth > limit ? order->depth : limit)
+                                 : (long long)limit * (pg->cfg->relay.ordering == ORDERING_NONE ? 4 : 1));
                 params[1] = topics;
                 params[2] = key_topics;
                 params[3] = keys;
                 params[4] = depth;
                 nparams = 5;
+                if (ordered) {
+                        /* $6 modulus, $7 residue, $8 lock class */
+                        params[5] = mod;
+                        params[6] = res_;
+                        params[7] = cls;
+                        nparams = 8;
+                }
                 sql = pg->sql_claim_skip;
         }
         /* BEGIN and the claim travel together: one round trip. An explicit BEGIN keeps the

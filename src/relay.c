@@ -58,9 +58,12 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
          * back. A key whose partition is out waits at least as long as a delivery may take. */
         pause_set_init(&r->paused_topics, 10 * USEC_PER_SEC, 300 * USEC_PER_SEC);
         pause_set_init(&r->paused_keys, cfg->relay.batch_timeout / 2, 300 * USEC_PER_SEC);
-        /* The claim compares every scanned row with the paused keys: keep the list bounded. */
-        r->paused_keys.max = 10000;
+        /* Each paused pair costs the claim one index descent (docs/claim.md): keep the list
+         * bounded. Past it a failing pair is simply claimed again, and fails again, with no
+         * attempt spent. */
+        r->paused_keys.max = 1000;
         pause_set_init(&r->probe_keys, cfg->breaker.cooldown_max, cfg->breaker.cooldown_max);
+        share_init(&r->share);
         r->probe_keys.max = 1000;
         r->state = RELAY_CONNECTING;
         return 0;
@@ -150,7 +153,7 @@ void relay_serve(struct relay *r) {
 /* STATUS= every few seconds: totals, rate, lag (age of the oldest pending row), breaker and
  * database state. */
 static void relay_status(struct relay *r, usec_t now) {
-        char status[320], lagbuf[48] = "lag ?", err[256];
+        char status[448], lagbuf[48] = "lag ?", err[256], sharing[128] = "";
         const char *db = pg_connected(&r->pg) ? "database ok" : "database unavailable";
         double rate = 0;
         usec_t lag;
@@ -167,29 +170,33 @@ static void relay_status(struct relay *r, usec_t now) {
             pg_lag(&r->pg, &lag, now + r->cfg->postgres.statement_timeout, err, sizeof(err)) == 0)
                 snprintf(lagbuf, sizeof(lagbuf), "lag %.2fs", (double)lag / USEC_PER_SEC);
 
-        if (pg_connected(&r->pg) && r->cfg->relay.ordering == ORDERING_KEY && !r->leader) {
+        if (pg_connected(&r->pg) && r->cfg->relay.ordering == ORDERING_SINGLE && !r->leader) {
                 snprintf(status, sizeof(status),
                          "standby (another relay publishes), published %" PRIu64 ", %s, database ok",
                          r->stats.published, lagbuf);
                 notify_status(&r->notifier, status);
                 return;
         }
+        if (r->cfg->relay.ordering == ORDERING_KEY)
+                snprintf(sharing, sizeof(sharing), ", %u relay(s) on the table (buckets %u mod %u), %zu keys in the last batch",
+                         r->share.relays, r->share.rank, r->share.relays, r->last_keys);
         snprintf(status, sizeof(status),
-                 "published %" PRIu64 " (%.0f/s), %s, dead-lettered %" PRIu64 ", %s, %s",
+                 "published %" PRIu64 " (%.0f/s), %s, dead-lettered %" PRIu64 ", %s, %s%s",
                  r->stats.published, rate, lagbuf, r->stats.dead_lettered, db,
                  r->breaker.state == BREAKER_OPEN        ? "kafka unavailable (breaker open)"
                  : r->breaker.state == BREAKER_HALF_OPEN ? "kafka probing (breaker half-open)"
                  : r->state == RELAY_BACKOFF             ? "kafka failing, retrying"
-                                                         : "kafka ok");
+                                                         : "kafka ok",
+                 sharing);
         notify_status(&r->notifier, status);
         if (now >= r->next_summary) {
                 if (r->stats.published != r->last_summary.published ||
                     r->stats.dead_lettered != r->last_summary.dead_lettered ||
                     r->stats.failed != r->last_summary.failed)
                         log_event(LOG_INFO, LOG_EV_SUMMARY, NULL, "summary: published %" PRIu64 " (+%" PRIu64 "), dead-lettered %" PRIu64
-                                 ", failed deliveries %" PRIu64 ", batches %" PRIu64,
+                                 ", failed deliveries %" PRIu64 ", batches %" PRIu64 "%s",
                                  r->stats.published, r->stats.published - r->last_summary.published,
-                                 r->stats.dead_lettered, r->stats.failed, r->stats.batches);
+                                 r->stats.dead_lettered, r->stats.failed, r->stats.batches, sharing);
                 r->last_summary = r->stats;
                 r->next_summary = now + r->cfg->relay.status_interval;
         }
@@ -270,6 +277,14 @@ static void try_connect(struct relay *r, usec_t now) {
         else
                 log_info("connected to PostgreSQL, listening on '%s'", r->cfg->postgres.channel);
         backoff_reset(&r->db_backoff);
+        if (r->cfg->relay.ordering == ORDERING_KEY) {
+                /* A member slot, so the relays can split the key buckets between them. Without one
+                 * this relay still keeps order (the bucket locks do that); it only counts itself in
+                 * and claims everything it can lock. */
+                if (pg_join(&r->pg, now_usec() + r->cfg->postgres.statement_timeout, err, sizeof(err)) < 0)
+                        log_warning("no member slot on table '%s': %s", r->cfg->postgres.table, err);
+                r->next_members = 0;
+        }
         r->leader = false; /* a session lock dies with its connection */
         r->next_leader_try = 0;
         r->state = RELAY_IDLE;
@@ -298,7 +313,40 @@ static void run_retention(struct relay *r, usec_t now) {
         r->next_retention = now_usec() + (n == RETENTION_BATCH ? 100 * USEC_PER_MSEC : RETENTION_EVERY);
 }
 
-/* ordering = "key": one relay per table publishes; the others wait and take over when its
+/* ordering = "key": who else publishes this table, and so which part of the key buckets is
+ * ours. Looked at every second; a relay that comes or goes changes every part within that. */
+static void look_at_members(struct relay *r, usec_t now) {
+        int slots[1024];
+        size_t n = 0;
+        bool own = false;
+        char err[512];
+
+        r->next_members = now + USEC_PER_SEC;
+        if (pg_members(&r->pg, slots, ELEMENTSOF(slots), &n, &own,
+                       now + r->cfg->postgres.statement_timeout, err, sizeof(err)) < 0) {
+                log_warning("looking at the relays sharing table '%s' failed: %s", r->cfg->postgres.table, err);
+                return;
+        }
+        if (r->pg.member_slot >= 0 && !own) {
+                /* Our session lock is not on this backend: a pooler in transaction mode hands our
+                 * statements to other sessions. Order still holds (bucket locks live within one
+                 * transaction), but the relay needs a session of its own to share the work. */
+                if (!r->pooler_said)
+                        log_error("the relay's member lock on table '%s' is not held by its own session: "
+                                  "is it behind a connection pooler in transaction mode? Connect directly "
+                                  "or through session pooling",
+                                  r->cfg->postgres.table);
+                r->pooler_said = true;
+        }
+        if (share_update(&r->share, slots, n, r->pg.member_slot)) {
+                r->next_status = 0;
+                log_event(LOG_NOTICE, LOG_EV_LEADER, NULL,
+                          "%u relay(s) share table '%s'; this one takes the key buckets %u mod %u",
+                          r->share.relays, r->cfg->postgres.table, r->share.rank, r->share.relays);
+        }
+}
+
+/* ordering = "single": one relay per table publishes; the others wait and take over when its
  * connection (and with it the lock) goes away. */
 static void try_lead(struct relay *r, usec_t now) {
         char err[512];
@@ -315,7 +363,7 @@ static void try_lead(struct relay *r, usec_t now) {
                 r->wake = true;
                 r->next_status = 0;
                 log_event(LOG_NOTICE, LOG_EV_LEADER, NULL,
-                          "publishing table '%s' (ordering = \"key\": one relay at a time)",
+                          "publishing table '%s' (ordering = \"single\": one relay at a time)",
                           r->cfg->postgres.table);
                 return;
         }
@@ -324,7 +372,7 @@ static void try_lead(struct relay *r, usec_t now) {
                 r->next_status = 0;
                 log_event(LOG_NOTICE, LOG_EV_STANDBY, NULL,
                           "standby: another relay publishes table '%s'; taking over when it goes away "
-                          "(ordering = \"key\")",
+                          "(ordering = \"single\")",
                           r->cfg->postgres.table);
         }
         r->next_leader_try = now + r->cfg->relay.poll_interval;
@@ -415,7 +463,9 @@ int relay_run(struct relay *r) {
                         continue;
                 }
 
-                if (r->cfg->relay.ordering == ORDERING_KEY && !r->leader) {
+                if (r->cfg->relay.ordering == ORDERING_KEY && now >= r->next_members && !r->pg.in_tx)
+                        look_at_members(r, now);
+                if (r->cfg->relay.ordering == ORDERING_SINGLE && !r->leader) {
                         if (now >= r->next_leader_try)
                                 try_lead(r, now);
                         if (!r->leader) {
@@ -476,8 +526,9 @@ int relay_run(struct relay *r) {
                                 r->state = RELAY_IDLE;
                                 backoff_reset(&r->batch_backoff);
                                 backoff_reset(&r->db_backoff);
-                                /* A full batch, or a successful probe with more waiting. */
-                                if (ret >= r->cfg->relay.batch_size || (probe && ret > 0))
+                                /* A full batch, a successful probe with more waiting, or our part of
+                                 * the buckets came back short: the next claim helps the others. */
+                                if (ret >= r->cfg->relay.batch_size || (probe && ret > 0) || r->part_short)
                                         r->wake = true;
                                 else
                                         r->next_poll = now + r->cfg->relay.poll_interval;

@@ -32,6 +32,9 @@ static int setup(void **state) {
                 return -1;
         free(cfg.postgres.conninfo);
         cfg.postgres.conninfo = strdup(ts_conninfo());
+        /* The claim forms themselves, without bucket locks (ordering = "key" adds those: its
+         * rows are tested through the relays in test_sharing.c). */
+        cfg.relay.ordering = ORDERING_NONE;
         if (!cfg.postgres.conninfo || pg_init(&pg, &cfg) < 0)
                 return -1;
         admin = ts_pg_connect();
@@ -162,7 +165,7 @@ static struct claim_run measure(const struct pg_skip *skip, void (*check)(const 
                 if (i == 0)
                         stats_reset();
                 t0 = now_usec();
-                r = pg_claim(&pg, LIMIT, skip, &b, now_usec() + 60 * USEC_PER_SEC, err, sizeof(err));
+                r = pg_claim(&pg, LIMIT, skip, NULL, &b, now_usec() + 60 * USEC_PER_SEC, err, sizeof(err));
 
                 ms[i] = (double)(now_usec() - t0) / 1000.0;
                 if (r < 0)
@@ -316,7 +319,7 @@ static void skip_locked_still_skips(void **state) {
                 _cleanup_free_ char *got = NULL, *want = NULL;
                 char where[128];
 
-                if (pg_claim(&pg, LIMIT, forms[f], &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)) < 0)
+                if (pg_claim(&pg, LIMIT, forms[f], NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)) < 0)
                         fail_msg("pg_claim (form %zu): %s", f, err);
                 assert_true(now_usec() - t0 < 3 * USEC_PER_SEC); /* skipped, not waited for */
                 snprintf(where, sizeof(where), "id > %lld", (long long)first + 2);
@@ -366,12 +369,12 @@ static void errors_are_explained(void **state) {
              i < 50 && ts_pg_int(admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = %d", pid); i++)
                 usleep(20 * 1000);
         scribble(err, sizeof(err));
-        assert_int_equal(pg_claim(&pg, LIMIT, &skip, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)),
+        assert_int_equal(pg_claim(&pg, LIMIT, &skip, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)),
                          -ECONNRESET);
         assert_err(err, "claim");
         /* and every call after it, without a connection */
         scribble(err, sizeof(err));
-        assert_int_equal(pg_claim(&pg, LIMIT, NULL, &b, now_usec() + USEC_PER_SEC, err, sizeof(err)),
+        assert_int_equal(pg_claim(&pg, LIMIT, NULL, NULL, &b, now_usec() + USEC_PER_SEC, err, sizeof(err)),
                          -ECONNRESET);
         assert_err(err, "claim");
         scribble(err, sizeof(err));
@@ -401,13 +404,13 @@ static void errors_are_explained(void **state) {
                 assert_int_equal(pg_connect(&pg_bad, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)), 0);
                 scribble(err, sizeof(err));
                 assert_int_equal(
-                        pg_claim(&pg_bad, LIMIT, &skip, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)),
+                        pg_claim(&pg_bad, LIMIT, &skip, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)),
                         -EIO);
                 assert_err(err, "claim");
                 assert_non_null(strstr(err, "does not exist"));
                 scribble(err, sizeof(err));
                 assert_int_equal(
-                        pg_claim(&pg_bad, LIMIT, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)),
+                        pg_claim(&pg_bad, LIMIT, NULL, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)),
                         -EIO);
                 assert_err(err, "claim");
                 pg_done(&pg_bad);

@@ -882,7 +882,7 @@ static void no_password_in_logs(void **state) {
 /* ---- several relays ---- */
 
 /* The ordering mode in which one relay per table publishes and the others stand by. */
-#define LEADER_ORDERING "key"
+#define LEADER_ORDERING "single"
 
 /* README: in the one-publisher mode one relay publishes (journal event leader), the others stand
  * by (STATUS=standby …, journal event standby) and the first to take the lock carries on when

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# scaleout.sh -- Several relays on one table: drain throughput with 1, 2 and 3 relays, at 50 and at
+# 10,000 keys, in the ordered default (relay.ordering = "key") and in "none", all in one run.
+#
+#   bench/scaleout.sh
+#
+# Starts a private PostgreSQL 15 + Kafka test bed (scripts/testbed.sh) and stops it on exit. For
+# each case: the outbox is filled with BENCH_ROWS rows (200-byte payloads, 3 headers, as in
+# bench/run.sh), the relays start together, and the drain rate is rows / seconds from the start
+# until the table is empty. Every case's topic must then hold every row (a count, not an order
+# check: tests/integration/test_sharing.c checks order under faults). Prints a markdown table
+# with the ratios the targets speak of, and writes it to bench/results-scaleout.md.
+#
+# Environment: BENCH_ROWS [1000000], BENCH_BATCH [the relay's default], BENCH_BUILD [build/bench],
+# BENCH_DRAIN_TIMEOUT [360] seconds, BENCH_KEEP=1 keeps the test bed directory.
+set -euo pipefail
+
+SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BENCH_BUILD:-$SRCDIR/build/bench}
+ROWS=${BENCH_ROWS:-1000000}
+BATCH=${BENCH_BATCH:-}
+DRAIN_TIMEOUT=${BENCH_DRAIN_TIMEOUT:-360}
+RESULTS=$SRCDIR/bench/results-scaleout.md
+TB=
+PIDS=()
+RUN_START=$EPOCHREALTIME
+
+say() { printf 'scaleout [%6.1fs]: %s\n' "$(awk -v a="$RUN_START" -v b="$EPOCHREALTIME" 'BEGIN{print b-a}')" "$*" >&2; }
+die() { echo "scaleout: FAILED: $*" >&2; exit 1; }
+calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }
+
+stop_relays() {
+        local p
+        for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+        for p in "${PIDS[@]}"; do
+                for _ in $(seq 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+                kill -KILL "$p" 2>/dev/null || true
+                wait "$p" 2>/dev/null || true
+        done
+        PIDS=()
+}
+cleanup() {
+        local rc=$?
+        trap - EXIT INT TERM
+        stop_relays
+        if [ -n "$TB" ] && [ -d "$TB" ]; then
+                "$SRCDIR/scripts/testbed.sh" stop "$TB" >/dev/null 2>&1 || echo "scaleout: stopping the test bed failed" >&2
+                if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then echo "scaleout: test bed kept: $TB" >&2; else rm -rf "$TB"; fi
+        fi
+        exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+q() { psql -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
+
+fill() {
+        local keys=$1 topic=$2
+        timeout 600 psql -X -q -v ON_ERROR_STOP=1 -v rows="$ROWS" -v keys="$keys" -v topic="$topic" <<'SQL' ||
+ALTER TABLE outbox DISABLE TRIGGER USER;
+TRUNCATE outbox;
+INSERT INTO outbox (topic, key, payload, headers)
+SELECT :'topic', 'key-' || (g % :keys),
+       convert_to(rpad('row ' || g || ' ', 200, 'abcdefghijklmnopqrstuvwxyz0123456789'), 'UTF8'),
+       jsonb_build_object('trace-id', md5(g::text), 'source', 'outbox-bench', 'type', 'order.created')
+  FROM generate_series(1, :rows) g;
+ALTER TABLE outbox ENABLE TRIGGER USER;
+VACUUM ANALYZE outbox;
+SQL
+                die "filling the outbox failed"
+}
+
+"$SRCDIR/scripts/install-deps.sh" >&2 || die "scripts/install-deps.sh failed"
+if [ -f "$BUILD/build.ninja" ]; then
+        meson configure "$BUILD" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson configure failed"
+else
+        meson setup "$BUILD" "$SRCDIR" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson setup failed"
+fi
+ninja -C "$BUILD" outbox-relay bench/bench-util >&2 || die "building failed"
+RELAY=$BUILD/outbox-relay
+UTIL=$BUILD/bench/bench-util
+
+TB=$(mktemp -d /tmp/outbox-scaleout.XXXXXX)
+say "starting the test bed in $TB"
+"$SRCDIR/scripts/testbed.sh" start "$TB" >&2 || die "the test bed did not start"
+# shellcheck disable=SC1091
+. "$TB/env"
+"$UTIL" create-topic --topic scaleout-warmup --partitions 1 --warm-idempotence >&2 || die "warm-up failed"
+
+# One drain: keys, ordering, relays -> prints the rate (rows/s).
+drain() {
+        local keys=$1 ordering=$2 n=$3 topic t0 t1 got conf batch_line=""
+        topic="scaleout-$keys-$ordering-$n"
+        "$UTIL" create-topic --topic "$topic" --partitions 3 >&2 || die "creating topic '$topic' failed"
+        fill "$keys" "$topic"
+        [ -n "$BATCH" ] && batch_line="batch_size = $BATCH;"
+        conf=$TB/relay-$ordering.conf
+        cat >"$conf" <<CONF
+postgres = { conninfo = "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER"; };
+kafka = { bootstrap_servers = "$KAFKA_BOOTSTRAP"; };
+relay = { $batch_line poll_interval = "1s"; ordering = "$ordering"; status_interval = "5s"; };
+log = { level = "notice"; };
+CONF
+        t0=$EPOCHREALTIME
+        for i in $(seq "$n"); do
+                "$RELAY" -c "$conf" 2>>"$TB/relay-$topic-$i.log" &
+                PIDS+=($!)
+        done
+        "$UTIL" wait-drain --pid "${PIDS[0]}" --timeout "$DRAIN_TIMEOUT" --interval-ms 100 >"$TB/drain-$topic.out" ||
+                die "$topic: the relays did not drain the outbox (logs in $TB)"
+        t1=$(awk -F= '$1 == "drained_at_us" { printf "%.6f", $2 / 1e6 }' "$TB/drain-$topic.out")
+        stop_relays
+        got=$("$UTIL" watermarks --topic "$topic")
+        [ "$got" -ge "$ROWS" ] || die "$topic: $got messages in Kafka, expected at least $ROWS"
+        say "$topic: $ROWS rows in $(calc "$t1 - $t0")s; $got messages in Kafka"
+        calc "$ROWS / ($t1 - $t0)"
+}
+
+declare -A RATE
+for keys in 50 10000; do
+        for ordering in key none; do
+                for n in 1 2 3; do
+                        r=$(drain "$keys" "$ordering" "$n")
+                        RATE[$keys-$ordering-$n]=$r
+                        say "keys $keys, ordering \"$ordering\", $n relay(s): $(printf '%.0f' "$r") rows/s"
+                done
+        done
+done
+
+{
+        echo "### Several relays on one table ($(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/scaleout.sh\`, $ROWS rows per case)"
+        echo
+        echo "| keys | relays | ordered (\"key\") rows/s | \"none\" rows/s | ordered ÷ none | ordered ÷ 1 relay ordered |"
+        echo "|---|---|---|---|---|---|"
+        for keys in 50 10000; do
+                for n in 1 2 3; do
+                        o=${RATE[$keys-key-$n]} u=${RATE[$keys-none-$n]} o1=${RATE[$keys-key-1]}
+                        printf '| %s | %s | %.0f | %.0f | %.3f | %.3f |\n' "$keys" "$n" "$o" "$u" \
+                                "$(calc "$o / $u")" "$(calc "$o / $o1")"
+                done
+        done
+        echo
+        for n in 1 2 3; do
+                printf -- '- %s relay(s): ordered at 50 keys ÷ ordered at 10,000 keys = %.3f\n' "$n" \
+                        "$(calc "${RATE[50-key-$n]} / ${RATE[10000-key-$n]}")"
+        done
+        echo
+        echo "Machine: $(nproc) cores, PostgreSQL, Kafka and the relays on it; durability as scripts/testbed.sh sets it."
+} | tee "$RESULTS"
