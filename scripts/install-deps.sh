@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config
       librdkafka-dev libpq-dev libconfig-dev libsystemd-dev libcmocka-dev
       postgresql-15 postgresql-client-15 postgresql-contrib
-      openjdk-17-jre-headless maven systemd clang-format procps iproute2)
+      openjdk-17-jre-headless maven systemd clang-format procps iproute2 python3)
 
 missing=()
 for p in "${pkgs[@]}"; do

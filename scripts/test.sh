@@ -2,36 +2,76 @@
 # test.sh -- The whole test suite: installs what is missing, builds with -Werror, starts a private
 # PostgreSQL and a real Kafka broker, runs unit + integration tests, then all of them again with
 # the relay and the tests built with AddressSanitizer + UndefinedBehaviorSanitizer (a relay that
-# leaks or trips UBSan exits non-zero, which the tests assert). Ends with "N passed, N failed".
+# leaks or trips UBSan exits non-zero, which the tests assert). Each run is counted on its own by
+# scripts/tally.py (cases passed / failed / not run, programs ok / failed); the summary lists the
+# steps and runs, and the last line, "total: N passed, N failed", adds them all up: a failed case,
+# a case the plan announced that never reported, and a program that failed, timed out, was
+# skipped or did not run each count as one failure.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build=${BUILD_DIR:-build/test}
 asan=${ASAN_BUILD_DIR:-build/asan}
+selftest=${SELFTEST_BUILD_DIR:-build/selftest}
 passed=0
 failed=0
+summary=()
 
 step() { printf '\n=== %s\n' "$*"; }
-fatal() { echo "test.sh: $*" >&2; echo "$passed passed, $((failed + 1)) failed"; exit 1; }
 
-# Adds a meson run's per-test-case counts (cmocka speaks TAP, so each case counts).
-count() {
-        local dir=$1 rc=$2 t f e s
-        local xml="$dir/meson-logs/testlog.junit.xml"
-        [ -f "$xml" ] || { failed=$((failed + 1)); return; }
-        read -r t e f < <(sed -n 's/.*<testsuites tests="\([0-9]*\)" errors="\([0-9]*\)" failures="\([0-9]*\)".*/\1 \2 \3/p' "$xml")
-        s=$(grep -o 'skipped="[0-9]*"' "$xml" | grep -o '[0-9][0-9]*' | awk '{n += $1} END {print n + 0}')
-        t=${t:-0} e=${e:-0} f=${f:-0} s=${s:-0}
-        # A skipped test is a failure here: nothing may silently not run.
-        passed=$((passed + t - e - f - s))
-        failed=$((failed + e + f + s))
-        # A test program that died before reporting its cases still fails the run.
-        if [ "$rc" -ne 0 ] && [ $((e + f + s)) -eq 0 ]; then failed=$((failed + 1)); fi
+# The summary, then the one closing line.
+finish() {
+        echo
+        printf '%s\n' "${summary[@]}"
+        echo "total: $passed passed, $failed failed"
+}
+fatal() {
+        echo "test.sh: $*" >&2
+        summary+=("stopped: $*")
+        failed=$((failed + 1))
+        finish
+        exit 1
+}
+
+# counted NAME COMMAND... -- a step that counts as one pass or one failure
+counted() {
+        local name=$1
+        shift
+        if "$@"; then
+                passed=$((passed + 1))
+                summary+=("$name: ok")
+        else
+                failed=$((failed + 1))
+                summary+=("$name: FAILED")
+        fi
+}
+
+# tally LABEL DIR RC -- adds one meson run of the unit and integration suites (RC: its exit status)
+tally() {
+        local label=$1 dir=$2 rc=$3 out p f
+        rm -f "$dir/tally.counts"
+        out=$(/usr/bin/python3 scripts/tally.py --label "$label" --suite unit --suite integration --rc "$rc" \
+                --counts "$dir/tally.counts" "$dir")
+        printf '%s\n' "$out"
+        if [ -n "$out" ] && read -r p f <"$dir/tally.counts"; then
+                passed=$((passed + p))
+                failed=$((failed + f))
+                summary+=("$(printf '%s\n' "$out" | tail -n 1)")
+        else
+                failed=$((failed + 1))
+                summary+=("$label: FAILED, the tally of $dir did not finish")
+        fi
 }
 
 step "dependencies"
 scripts/install-deps.sh || fatal "installing dependencies failed"
+
+step "format (.clang-format, STYLE §12)"
+counted "format check" scripts/format.sh --check
+
+step "self-test of the tally: a crash and a hang must count as failures"
+counted "tally self-test" tests/selftest/run.sh "$selftest"
 
 step "build ($build, -Werror)"
 rm -rf "$build"
@@ -47,18 +87,19 @@ scripts/testbed.sh start "$tb" || fatal "the test bed did not start: integration
 echo "Kafka version started: $KAFKA_VERSION (bootstrap $KAFKA_BOOTSTRAP); PostgreSQL on port $PGPORT"
 
 step "unit + integration tests"
+rm -f "$build/meson-logs/testlog.json"
 meson test -C "$build" --suite unit --suite integration --print-errorlogs --num-processes 1
-count "$build" $?
+tally "plain run" "$build" $?
 
 step "unit and integration tests again, everything built with AddressSanitizer + UndefinedBehaviorSanitizer"
 rm -rf "$asan"
 meson setup "$asan" -Dwerror=true -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false \
         -Dbuildtype=debug >/dev/null || fatal "meson setup (asan) failed"
 ninja -C "$asan" >/dev/null || fatal "asan build failed"
+rm -f "$asan/meson-logs/testlog.json"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         meson test -C "$asan" --suite unit --suite integration --print-errorlogs --num-processes 1
-count "$asan" $?
+tally "asan run" "$asan" $?
 
-echo
-echo "$passed passed, $failed failed"
+finish
 [ "$failed" -eq 0 ]

@@ -1,4 +1,4 @@
-/* test_scaleout.c -- Several relays on one table: with ordering = "key" one publishes, another takes over when it dies. */
+/* test_scaleout.c -- Several relays on one table: "single" hands over when the publisher dies; "none" shares. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -49,7 +49,7 @@ static void *writer_main(void *arg) {
         return NULL;
 }
 
-/* Two relays, four writers: one relay publishes, the other stands by; the publisher is killed
+/* ordering = "single", two relays, four writers: one relay publishes, the other stands by; the publisher is killed
  * mid-load and the standby takes over. Every row arrives, per-key order holds across the
  * switch, duplicates stay within the killed relay's last batch. */
 static void leader_takeover(void **state) {
@@ -61,7 +61,7 @@ static void leader_takeover(void **state) {
         struct ts_relay a, b, *leader, *standby;
         struct ts_msgs m;
         struct ts_verify v;
-        const char *group = "ordering = \"key\"; poll_interval = \"500ms\"; batch_size = 200;";
+        const char *group = "ordering = \"single\"; poll_interval = \"500ms\"; batch_size = 200;";
 
         (void)state;
         ts_pg_install_copy(c);
@@ -75,8 +75,8 @@ static void leader_takeover(void **state) {
                 w[i] = (struct writer){.topic = topic, .index = i, .rows = ROWS / 4};
                 pthread_create(&th[i], NULL, writer_main, &w[i]);
         }
-        while (ts_pg_int(c, "SELECT count(*) FROM outbox_test_copy WHERE topic = '%s'", topic) < ROWS / 3)
-                usleep(20000);
+        /* The writers commit about 4 × 25 rows every 5 ms; a third of the load within a minute. */
+        ts_pg_wait(c, 60000, "SELECT count(*) >= %d FROM outbox_test_copy WHERE topic = '%s'", ROWS / 3, topic);
         assert_int_equal(ts_relay_stop(leader, SIGKILL, 5000), 128 + SIGKILL);
         if (!ts_relay_log_wait(standby, "publishing table", 10000)) {
                 ts_relay_dump_log(standby);
@@ -106,33 +106,49 @@ static void leader_takeover(void **state) {
         PQfinish(c);
 }
 
-/* ordering = "none": two relays share the work; everything arrives (order across relays is
- * not promised in this mode). */
+/* ordering = "none": two relays share the work; everything arrives, once, and both published.
+ * Order across relays is not promised in this mode, and the checker must see that: with both
+ * relays claiming from the same 20,000 rows over 100 keys at once (batches of 100 rows cover
+ * every key once), each of the ~200 batches races the other relay's neighbouring batch for the
+ * same keys, and every race lost is an order violation. */
 static void ordering_none_shares(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("scale-none");
         const char *topics[] = {topic, NULL};
         struct ts_relay a, b;
+        struct ts_relay_log_stats sa, sb;
         struct ts_msgs m;
         struct ts_verify v;
         const char *group = "ordering = \"none\"; poll_interval = \"500ms\"; batch_size = 100;";
 
         (void)state;
         ts_pg_install_copy(c);
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'key-' || (g %% 100),"
-                      " convert_to('n' || g, 'UTF8') FROM generate_series(1, %d) g", topic, ROWS);
+        /* Both relays idle and listening before the rows come, so both start at once. */
         ts_relay_start(&a, group, NULL);
         ts_relay_start(&b, group, NULL);
+        assert_true(ts_relay_log_wait(&a, "ready", 20000));
+        assert_true(ts_relay_log_wait(&b, "ready", 20000));
+        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'key-' || (g %% 100),"
+                      " convert_to('n' || g, 'UTF8') FROM generate_series(1, %d) g", topic, ROWS);
         assert_true(ts_wait_drained(c, topics, 120000));
         assert_int_equal(ts_relay_stop(&a, SIGTERM, 30000), 0);
         assert_int_equal(ts_relay_stop(&b, SIGTERM, 30000), 0);
-        assert_true(ts_relay_log_wait(&a, "summary: published", 100) || ts_relay_log_wait(&a, "drained: published", 100));
+        ts_relay_log_stats(&a, &sa);
+        ts_relay_log_stats(&b, &sb);
         ts_consume(topics, ROWS, 120000, 2000, &m);
         ts_verify(c, topics, &m, false, &v);
-        fprintf(stderr, "ordering_none: %zu committed, %zu consumed, duplicates %zu, missing %zu, order violations %zu\n",
-                v.expected, v.consumed, v.duplicates, v.missing, v.order_violations);
+        fprintf(stderr, "ordering_none: %zu committed, %zu consumed, duplicates %zu, missing %zu, order violations %zu;"
+                        " relay A published %lld, relay B %lld\n",
+                v.expected, v.consumed, v.duplicates, v.missing, v.order_violations, sa.published, sb.published);
         assert_int_equal(v.expected, ROWS);
         assert_int_equal(v.missing + v.duplicates + v.mismatched + v.unexpected, 0);
+        /* Both worked, and between them published each row once (a clean stop, no fault). */
+        assert_true(sa.published > 0);
+        assert_true(sb.published > 0);
+        assert_int_equal(sa.published + sb.published, ROWS);
+        assert_int_equal(sa.dead_lettered + sb.dead_lettered, 0);
+        /* The mode's documented trade-off, observed. */
+        assert_true(v.order_violations > 0);
         ts_msgs_free(&m);
         free(topic);
         PQfinish(c);

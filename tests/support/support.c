@@ -104,12 +104,45 @@ int64_t ts_pg_int(PGconn *c, const char *fmt, ...) {
         return v;
 }
 
+void ts_pg_wait(PGconn *c, int timeout_ms, const char *fmt, ...) {
+        int64_t until = ts_now_ms() + timeout_ms;
+        char *sql, last[64] = "(no value)";
+        va_list ap;
+
+        va_start(ap, fmt);
+        if (vasprintf(&sql, fmt, ap) < 0)
+                fail_msg("out of memory");
+        va_end(ap);
+        for (;;) {
+                PGresult *res = PQexec(c, sql);
+                bool done;
+
+                if (PQresultStatus(res) != PGRES_TUPLES_OK)
+                        fail_msg("SQL failed: %s\n  %s", PQresultErrorMessage(res), sql);
+                done = PQntuples(res) > 0 && !PQgetisnull(res, 0, 0) && PQgetvalue(res, 0, 0)[0] == 't';
+                if (PQntuples(res) > 0)
+                        snprintf(last, sizeof(last), "%s", PQgetisnull(res, 0, 0) ? "NULL" : PQgetvalue(res, 0, 0));
+                PQclear(res);
+                if (done)
+                        break;
+                if (ts_now_ms() > until)
+                        fail_msg("waited %d ms in vain for: %s (last value %s)", timeout_ms, sql, last);
+                usleep(20000);
+        }
+        free(sql);
+}
+
+/* The copy keeps only what the writer wrote, in its own columns, so it neither follows the
+ * relay's columns of the outbox nor what the relay does to a row later. */
 void ts_pg_install_copy(PGconn *c) {
         ts_pg_exec(c,
-                   "CREATE TABLE IF NOT EXISTS outbox_test_copy (LIKE outbox);"
+                   "CREATE TABLE IF NOT EXISTS outbox_test_copy (id bigint, topic text, key text,"
+                   " payload bytea, headers jsonb, created_at timestamptz);"
                    "CREATE INDEX IF NOT EXISTS outbox_test_copy_topic ON outbox_test_copy (topic, id);"
                    "CREATE OR REPLACE FUNCTION outbox_test_copy() RETURNS trigger LANGUAGE plpgsql AS"
-                   " $$ BEGIN INSERT INTO outbox_test_copy SELECT NEW.*; RETURN NULL; END $$;"
+                   " $$ BEGIN INSERT INTO outbox_test_copy (id, topic, key, payload, headers, created_at)"
+                   " VALUES (NEW.id, NEW.topic, NEW.key, NEW.payload, NEW.headers, NEW.created_at);"
+                   " RETURN NULL; END $$;"
                    "DROP TRIGGER IF EXISTS outbox_test_copy ON outbox;"
                    "CREATE TRIGGER outbox_test_copy AFTER INSERT ON outbox"
                    " FOR EACH ROW EXECUTE FUNCTION outbox_test_copy();");
@@ -303,6 +336,82 @@ bool ts_relay_log_wait(struct ts_relay *r, const char *needle, int timeout_ms) {
                         return false;
                 usleep(20000);
         }
+}
+
+int ts_relay_log_count(const struct ts_relay *r, const char *needle) {
+        FILE *f = fopen(r->log, "r");
+        char *line = NULL;
+        size_t cap = 0;
+        int n = 0;
+
+        if (!f)
+                return 0;
+        while (getline(&line, &cap, f) >= 0)
+                n += strstr(line, needle) != NULL;
+        free(line);
+        fclose(f);
+        return n;
+}
+
+void ts_relay_log_wait_n(struct ts_relay *r, const char *needle, int n, int timeout_ms) {
+        int64_t until = ts_now_ms() + timeout_ms;
+        int seen;
+
+        while ((seen = ts_relay_log_count(r, needle)) < n) {
+                if (ts_now_ms() > until) {
+                        ts_relay_dump_log(r);
+                        fail_msg("waited %d ms in vain for %d log lines with '%s' (saw %d)", timeout_ms, n,
+                                 needle, seen);
+                }
+                usleep(20000);
+        }
+}
+
+void ts_relay_log_stats(const struct ts_relay *r, struct ts_relay_log_stats *out) {
+        FILE *f = fopen(r->log, "r");
+        char *line = NULL;
+        size_t cap = 0;
+
+        memset(out, 0, sizeof(*out));
+        out->published = out->dead_lettered = -1;
+        if (!f)
+                return;
+        while (getline(&line, &cap, f) >= 0) {
+                const char *p;
+                long long n, d;
+
+                if ((p = strstr(line, "drained: published ")) &&
+                    sscanf(p, "drained: published %lld, dead-lettered %lld", &n, &d) == 2) {
+                        out->published = n;
+                        out->dead_lettered = d;
+                }
+                if ((p = strstr(line, "batch of "))) {
+                        if (sscanf(p, "batch of %lld rows: %lld delivered, some failed", &n, &d) == 2) {
+                                out->partial_batches++;
+                                out->partial_failed_rows += n - d;
+                        } else if (sscanf(p, "batch of %lld rows: nothing delivered", &n) == 1 &&
+                                   strstr(p, "nothing delivered")) {
+                                out->failed_batches++;
+                                out->failed_batch_rows += n;
+                        }
+                }
+                if ((p = strstr(line, "finishing a batch of ")) &&
+                    sscanf(p, "finishing a batch of %lld rows failed", &n) == 1) {
+                        out->rolled_back_batches++;
+                        out->rolled_back_rows += n;
+                }
+                out->breaker_opened += strstr(line, "circuit breaker opened") != NULL;
+                out->breaker_reopened += strstr(line, "circuit breaker probe failed") != NULL;
+                out->breaker_closed += strstr(line, "circuit breaker closed") != NULL;
+                out->db_lost += strstr(line, "lost the PostgreSQL connection") != NULL;
+                out->db_back += strstr(line, "connected to PostgreSQL again") != NULL;
+        }
+        free(line);
+        fclose(f);
+}
+
+long long ts_relay_log_resendable(const struct ts_relay_log_stats *s) {
+        return s->failed_batch_rows + s->partial_failed_rows + s->rolled_back_rows;
 }
 
 void ts_relay_dump_log(const struct ts_relay *r) {
@@ -563,9 +672,17 @@ int ts_load_written(const struct ts_load *l) {
         return l->written;
 }
 
-void ts_load_wait(const struct ts_load *l, int rows) {
-        while (l->written < rows && !l->error[0] && l->written < l->rows)
+void ts_load_wait(const struct ts_load *l, int rows, int timeout_ms) {
+        int64_t until = ts_now_ms() + timeout_ms;
+
+        while (l->written < rows && !l->error[0] && l->written < l->rows) {
+                if (ts_now_ms() > until)
+                        fail_msg("waited %d ms in vain for the writer to write %d rows (it wrote %d at %d/s)",
+                                 timeout_ms, rows, l->written, l->per_second);
                 usleep(20000);
+        }
+        if (l->error[0])
+                fail_msg("the writer failed after %d rows: %s", l->written, l->error);
 }
 
 static void load_stop(struct ts_load *l) {
@@ -774,6 +891,13 @@ rd_kafka_resp_err_t ts_produce(const char *topic, const char *key, const void *v
 
 /* ---- verification ---- */
 
+/* One header as the writer wrote it: a name and a string value (NULL: the JSON value was null). */
+struct expect_header {
+        char *name;
+        char *value;
+        size_t len;
+};
+
 struct expect_row {
         int64_t id;
         char *topic;
@@ -781,9 +905,10 @@ struct expect_row {
         size_t key_len;
         unsigned char *payload;
         size_t payload_len;
-        int64_t ts;
+        int64_t ts; /* created_at in ms since the epoch, truncated */
         bool dead;
-        char *headers; /* canonical "k=v\n" lines sorted by key, "" when none */
+        struct expect_header *headers; /* sorted by name */
+        size_t n_headers;
         bool seen;
 };
 
@@ -797,34 +922,71 @@ static struct expect_row *find_row(struct expect_row *rows, size_t n, int64_t id
         return bsearch(&key, rows, n, sizeof(*rows), cmp_id);
 }
 
-static int cmp_str(const void *a, const void *b) {
-        return strcmp(*(char *const *)a, *(char *const *)b);
+static int cmp_expect_header(const void *a, const void *b) {
+        return strcmp(((const struct expect_header *)a)->name, ((const struct expect_header *)b)->name);
 }
 
-/* The message's headers (less outbox-id) in the same canonical form as the expectation. */
-static char *canon_headers(const struct ts_msg *m, int *id_headers) {
-        char **lines = calloc(m->n_headers + 1, sizeof(char *));
-        size_t n = 0, len = 0;
-        char *out;
+static int cmp_msg_header(const void *a, const void *b) {
+        return strcmp((*(const struct ts_header *const *)a)->name, (*(const struct ts_header *const *)b)->name);
+}
 
-        *id_headers = 0;
+/* "YYYY-MM-DD HH:MM:SS.UUUUUU" in UTC -> ms since the epoch, truncated (Kafka's CreateTime is in
+ * ms; a timestamp is never rounded up into the next millisecond). -1 when it does not parse. */
+static int64_t utc_text_ms(const char *s) {
+        struct tm tm = {0};
+        int us = 0, used = 0;
+
+        if (sscanf(s, "%d-%d-%d %d:%d:%d.%6d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+                   &tm.tm_sec, &us, &used) != 7 || s[used] != 0)
+                return -1;
+        tm.tm_year -= 1900;
+        tm.tm_mon -= 1;
+        return (int64_t)timegm(&tm) * 1000 + us / 1000;
+}
+
+/* Compares the message's headers with the row's: exactly one outbox-id with the row's id, and
+ * otherwise the row's headers, each once, byte for byte (names and values may hold anything,
+ * so they are compared as pairs, never as text joined with separators). Returns NULL or what
+ * differs, written into why. */
+static const char *headers_differ(const struct ts_msg *m, const struct expect_row *r, char *why, size_t whysz) {
+        const struct ts_header **mine = calloc(m->n_headers + 1, sizeof(*mine));
+        char id[32];
+        size_t n = 0, id_headers = 0;
+        const char *res = NULL;
+
+        snprintf(id, sizeof(id), "%" PRId64, r->id);
         for (size_t i = 0; i < m->n_headers; i++) {
                 if (strcmp(m->headers[i].name, "outbox-id") == 0) {
-                        (*id_headers)++;
+                        id_headers++;
+                        if (strcmp(m->headers[i].value, id) != 0) {
+                                snprintf(why, whysz, "outbox-id '%s'", m->headers[i].value);
+                                res = why;
+                        }
                         continue;
                 }
-                if (asprintf(&lines[n], "%s=%s\n", m->headers[i].name, m->headers[i].value) < 0)
-                        fail_msg("oom");
-                len += strlen(lines[n++]);
+                mine[n++] = &m->headers[i];
         }
-        qsort(lines, n, sizeof(char *), cmp_str);
-        out = calloc(1, len + 1);
-        for (size_t i = 0; i < n; i++) {
-                strcat(out, lines[i]);
-                free(lines[i]);
+        qsort(mine, n, sizeof(*mine), cmp_msg_header);
+        if (!res && id_headers != 1) {
+                snprintf(why, whysz, "%zu outbox-id headers", id_headers);
+                res = why;
+        } else if (!res && n != r->n_headers) {
+                snprintf(why, whysz, "%zu headers besides outbox-id, want %zu", n, r->n_headers);
+                res = why;
+        } else if (!res) {
+                for (size_t i = 0; i < n && !res; i++) {
+                        const struct expect_header *e = &r->headers[i];
+
+                        if (strcmp(mine[i]->name, e->name) != 0 || !e->value || mine[i]->value_len != e->len ||
+                            memcmp(mine[i]->value, e->value, e->len) != 0) {
+                                snprintf(why, whysz, "header '%s'='%s', want '%s'='%s'", mine[i]->name,
+                                         mine[i]->value, e->name, e->value ? e->value : "(JSON null)");
+                                res = why;
+                        }
+                }
         }
-        free(lines);
-        return out;
+        free(mine);
+        return res;
 }
 
 struct msg_ref {
@@ -883,12 +1045,12 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
         struct msg_ref *refs;
 
         memset(out, 0, sizeof(*out));
+        /* What was written, as written: created_at as UTC text (converted to ms here, not by
+         * the expression the relay uses), the headers jsonb parsed by PostgreSQL below. */
         res = PQexecParams(c,
                            "SELECT c.id, c.topic, c.key, c.payload,"
-                           " floor(extract(epoch FROM c.created_at) * 1000)::int8,"
-                           " (o.dead_at IS NOT NULL),"
-                           " coalesce((SELECT string_agg(h.key || '=' || h.value || E'\\n', '' ORDER BY h.key COLLATE \"C\")"
-                           "           FROM jsonb_each_text(c.headers) h), '')"
+                           " to_char(c.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'),"
+                           " (o.dead_at IS NOT NULL)"
                            " FROM outbox_test_copy c LEFT JOIN outbox o ON o.id = c.id"
                            " WHERE c.topic = ANY($1::text[]) ORDER BY c.id",
                            1, NULL, params, NULL, NULL, 0);
@@ -908,11 +1070,41 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
                 if (!PQgetisnull(res, (int)i, 3))
                         r->payload = PQunescapeBytea((const unsigned char *)PQgetvalue(res, (int)i, 3),
                                                      &r->payload_len);
-                r->ts = strtoll(PQgetvalue(res, (int)i, 4), NULL, 10);
+                r->ts = utc_text_ms(PQgetvalue(res, (int)i, 4));
+                if (r->ts < 0)
+                        fail_msg("verify: row %" PRId64 ": created_at '%s' does not parse", r->id,
+                                 PQgetvalue(res, (int)i, 4));
                 r->dead = PQgetvalue(res, (int)i, 5)[0] == 't';
-                r->headers = strdup(PQgetvalue(res, (int)i, 6));
                 if (!(exclude_dead && r->dead))
                         out->expected++;
+        }
+        PQclear(res);
+        /* The headers: one (id, name, value) per pair of each object (not objects: none). */
+        res = PQexecParams(c,
+                           "SELECT c.id, h.key, h.value FROM outbox_test_copy c,"
+                           " jsonb_each_text(CASE WHEN jsonb_typeof(c.headers) = 'object' THEN c.headers END) h"
+                           " WHERE c.topic = ANY($1::text[]) ORDER BY c.id",
+                           1, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK)
+                fail_msg("verify headers query: %s", PQresultErrorMessage(res));
+        for (int i = 0, end; i < PQntuples(res); i = end) {
+                struct expect_row *r = find_row(rows, n, strtoll(PQgetvalue(res, i, 0), NULL, 10));
+
+                for (end = i; end < PQntuples(res) && strcmp(PQgetvalue(res, end, 0), PQgetvalue(res, i, 0)) == 0;)
+                        end++;
+                if (!r)
+                        continue; /* written between the two queries */
+                r->headers = calloc((size_t)(end - i), sizeof(*r->headers));
+                for (int j = i; j < end; j++) {
+                        struct expect_header *h = &r->headers[r->n_headers++];
+
+                        h->name = strdup(PQgetvalue(res, j, 1));
+                        if (!PQgetisnull(res, j, 2)) {
+                                h->value = strdup(PQgetvalue(res, j, 2));
+                                h->len = (size_t)PQgetlength(res, j, 2);
+                        }
+                }
+                qsort(r->headers, r->n_headers, sizeof(*r->headers), cmp_expect_header);
         }
         PQclear(res);
         free(arr);
@@ -922,8 +1114,7 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
                 const struct ts_msg *msg = &m->v[i];
                 struct expect_row *r = find_row(rows, n, msg->outbox_id);
                 const char *why = NULL;
-                int id_headers;
-                char *hdrs;
+                char hdr_why[600];
 
                 if (!r) {
                         out->unexpected++;
@@ -935,7 +1126,6 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
                 if (r->seen)
                         out->duplicates++;
                 r->seen = true;
-                hdrs = canon_headers(msg, &id_headers);
                 if (strcmp(msg->topic, r->topic) != 0)
                         why = "topic";
                 else if ((msg->key == NULL) != (r->key == NULL) ||
@@ -947,15 +1137,15 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
                         why = "payload";
                 else if (msg->timestamp != r->ts || msg->tstype != RD_KAFKA_TIMESTAMP_CREATE_TIME)
                         why = "timestamp";
-                else if (id_headers != 1 || strcmp(hdrs, r->headers) != 0)
-                        why = "headers";
+                else
+                        why = headers_differ(msg, r, hdr_why, sizeof(hdr_why));
                 if (why) {
                         out->mismatched++;
                         if (shown++ < 5)
-                                fprintf(stderr, "verify: row %" PRId64 ": %s differs (headers got '%s' want '%s', ts %" PRId64 " vs %" PRId64 ")\n",
-                                        r->id, why, hdrs, r->headers, msg->timestamp, r->ts);
+                                fprintf(stderr, "verify: row %" PRId64 ": %s differs (timestamp %" PRId64
+                                                " type %d, want %" PRId64 " CreateTime)\n",
+                                        r->id, why, msg->timestamp, (int)msg->tstype, r->ts);
                 }
-                free(hdrs);
         }
         for (size_t i = 0; i < n; i++)
                 if (!rows[i].seen && !(exclude_dead && rows[i].dead)) {
@@ -1003,6 +1193,10 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
                 free(rows[i].topic);
                 free(rows[i].key);
                 PQfreemem(rows[i].payload);
+                for (size_t j = 0; j < rows[i].n_headers; j++) {
+                        free(rows[i].headers[j].name);
+                        free(rows[i].headers[j].value);
+                }
                 free(rows[i].headers);
         }
         free(rows);
@@ -1030,8 +1224,11 @@ bool ts_wait_drained(PGconn *c, const char *const *topics, int timeout_ms) {
                         ok = true;
                         break;
                 }
-                if (ts_now_ms() > until)
+                if (ts_now_ms() > until) {
+                        fprintf(stderr, "ts_wait_drained: %ld rows of %s still pending after %d ms\n", left, arr,
+                                timeout_ms);
                         break;
+                }
                 usleep(50000);
         }
         free(arr);

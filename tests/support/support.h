@@ -24,8 +24,12 @@ PGconn *ts_pg_connect(void);
 void ts_pg_exec(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* First column of the first row as int64 (fails the test on error or NULL). */
 int64_t ts_pg_int(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Installs (idempotently) outbox_test_copy: a row trigger copying every committed outbox row,
- * so tests can compare what arrived with what was written even after the relay deleted it. */
+/* Waits until the query's first value is true, re-running it every 20 ms; fails the test with
+ * the query and its last value when timeout_ms passes first. */
+void ts_pg_wait(PGconn *c, int timeout_ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Installs (idempotently) outbox_test_copy: a row trigger copying what the writer wrote of every
+ * committed outbox row (id, topic, key, payload, headers, created_at), so tests can compare what
+ * arrived with what was written even after the relay deleted it. */
 void ts_pg_install_copy(PGconn *c);
 
 /* Runs scripts/testbed.sh CMD on the running test bed (kafka-stop, kafka-start, pg-restart …). */
@@ -62,6 +66,32 @@ void ts_relay_start_opts(struct ts_relay *r, const struct ts_relay_opts *o);
 int ts_relay_stop(struct ts_relay *r, int sig, int timeout_ms);
 /* True once the relay's log contains `needle` (waits up to timeout_ms). */
 bool ts_relay_log_wait(struct ts_relay *r, const char *needle, int timeout_ms);
+/* Lines of the relay's log containing `needle`. */
+int ts_relay_log_count(const struct ts_relay *r, const char *needle);
+/* Waits until at least `n` lines of the relay's log contain `needle`; fails the test (and shows
+ * the log) when timeout_ms passes first. */
+void ts_relay_log_wait_n(struct ts_relay *r, const char *needle, int n, int timeout_ms);
+/* What the relay's log says about its batches, its breaker and its database connection. */
+struct ts_relay_log_stats {
+        long long published;     /* "drained: published N, …" (the last one), -1 if absent */
+        long long dead_lettered; /* "…, dead-lettered M", -1 if absent */
+        int failed_batches;      /* "batch of N rows: nothing delivered" */
+        long long failed_batch_rows; /* their N, summed */
+        int partial_batches;     /* "batch of N rows: D delivered, some failed" */
+        long long partial_failed_rows; /* their N - D, summed */
+        int rolled_back_batches; /* "finishing a batch of N rows failed" */
+        long long rolled_back_rows; /* their N, summed */
+        int breaker_opened;      /* "circuit breaker opened" */
+        int breaker_reopened;    /* "circuit breaker probe failed" */
+        int breaker_closed;      /* "circuit breaker closed" */
+        int db_lost;             /* "lost the PostgreSQL connection" */
+        int db_back;             /* "connected to PostgreSQL again" */
+};
+void ts_relay_log_stats(const struct ts_relay *r, struct ts_relay_log_stats *out);
+/* Rows a relay may have published more than once without a crash (DESIGN §1.2): only a row whose
+ * delivery it saw fail (the ack may have been lost) or whose batch it rolled back after Kafka took
+ * it can come again. */
+long long ts_relay_log_resendable(const struct ts_relay_log_stats *s);
 void ts_relay_dump_log(const struct ts_relay *r);
 /* cmocka teardown: kills (and shows the log of) any relay a failed test left running. */
 int ts_teardown(void **state);
@@ -105,8 +135,9 @@ struct ts_load;
 struct ts_load *ts_load_start(const char *topic, int rows, int per_second, int keys);
 /* Rows written so far. */
 int ts_load_written(const struct ts_load *l);
-/* Waits until at least `rows` rows are written (or the writer ended). */
-void ts_load_wait(const struct ts_load *l, int rows);
+/* Waits until at least `rows` rows are written (or all of them); fails the test when the writer
+ * failed or timeout_ms passed first. */
+void ts_load_wait(const struct ts_load *l, int rows, int timeout_ms);
 /* Joins the writer, fails the test if it hit an error, frees it; returns the rows written. */
 int ts_load_finish(struct ts_load *l);
 
@@ -151,7 +182,10 @@ struct ts_verify {
         size_t consumed;    /* messages read */
         size_t missing;     /* expected rows with no message */
         size_t duplicates;  /* consumed - distinct outbox ids */
-        size_t mismatched;  /* messages whose topic/key/payload/headers/timestamp differ */
+        size_t mismatched;  /* messages whose topic/key/payload/headers/timestamp differ from what was
+                             * written: headers as jsonb_each_text lists the object (plus one
+                             * outbox-id with the row's id), timestamp = created_at in UTC
+                             * truncated to ms, CreateTime */
         size_t order_violations; /* first deliveries of a key out of id order */
         size_t unexpected;  /* messages with an outbox-id not in the copy */
 };
@@ -159,5 +193,6 @@ struct ts_verify {
  * prints the first few differences. `exclude_dead`: rows dead-lettered are not expected. */
 void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bool exclude_dead,
                struct ts_verify *out);
-/* Waits until no pending (not published, not dead) row of the topics is left. */
+/* Waits until no pending (not published, not dead) row of the topics is left; on a timeout says
+ * how many are left and returns false. */
 bool ts_wait_drained(PGconn *c, const char *const *topics, int timeout_ms);
