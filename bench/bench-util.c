@@ -52,7 +52,7 @@ static int64_t clock_us(clockid_t id) {
 }
 
 static void sleep_ms(int ms) {
-        struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+        struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
 
         while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
                 ;
@@ -126,10 +126,10 @@ static int create_topic(const char *bootstrap, const char *topic, int partitions
 
                 if (rd_kafka_metadata(rk, 0, rkt, &md, 2000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
                         ok = md->topic_cnt == 1 && !md->topics[0].err &&
-                             md->topics[0].partition_cnt == partitions;
+                                md->topics[0].partition_cnt == partitions;
                         for (int i = 0; ok && i < md->topics[0].partition_cnt; i++)
                                 ok = md->topics[0].partitions[i].leader >= 0 &&
-                                     !md->topics[0].partitions[i].err;
+                                        !md->topics[0].partitions[i].err;
                         rd_kafka_metadata_destroy(md);
                 }
                 rd_kafka_topic_destroy(rkt);
@@ -198,7 +198,9 @@ static int watermarks(const char *bootstrap, const char *topic) {
         e = rd_kafka_metadata(rk, 0, rkt, &md, 10000);
         if (e || md->topic_cnt != 1 || md->topics[0].err)
                 die("no metadata for topic '%s': %s", topic,
-                    rd_kafka_err2str(e ? e : md->topic_cnt ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
+                    rd_kafka_err2str(e                       ? e
+                                             : md->topic_cnt ? md->topics[0].err
+                                                             : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
         for (int i = 0; i < md->topics[0].partition_cnt; i++) {
                 int64_t lo, hi;
 
@@ -232,7 +234,7 @@ static const char *const sample_names[S_KINDS] = {
 };
 
 static enum sample_kind sample(PGconn *pg, const char *app) {
-        const char *params[1] = {app};
+        const char *params[1] = { app };
         PGresult *res = PQexecParams(pg,
                                      "SELECT state, left(query, 12) FROM pg_stat_activity"
                                      " WHERE application_name = $1 LIMIT 1",
@@ -246,8 +248,9 @@ static enum sample_kind sample(PGconn *pg, const char *app) {
 
                 if (strcmp(state, "active") == 0)
                         k = strncmp(q, "SELECT o.id", 11) == 0 ? S_CLAIM
-                            : strncmp(q, "DELETE", 6) == 0 || strncmp(q, "UPDATE", 6) == 0 ? S_FINISH
-                                                                                           : S_ACTIVE_OTHER;
+                                : strncmp(q, "DELETE", 6) == 0 || strncmp(q, "UPDATE", 6) == 0
+                                ? S_FINISH
+                                : S_ACTIVE_OTHER;
                 else if (strncmp(state, "idle in transaction", 19) == 0)
                         k = S_IDLE_TX;
                 else
@@ -260,13 +263,12 @@ static enum sample_kind sample(PGconn *pg, const char *app) {
 static int wait_drain(const char *conninfo, long timeout_s, long interval_ms, pid_t pid,
                       const char *sample_app, long sample_ms) {
         /* Same predicate as the claim, so the partial index answers it. */
-        static const char probe[] =
-                "SELECT count(*) FROM (SELECT 1 FROM outbox WHERE published_at IS NULL"
-                " AND dead_at IS NULL ORDER BY id LIMIT 1) s";
+        static const char probe[] = "SELECT count(*) FROM (SELECT 1 FROM outbox WHERE published_at IS NULL"
+                                    " AND dead_at IS NULL ORDER BY id LIMIT 1) s";
         PGconn *pg = PQconnectdb(conninfo);
         int64_t start = clock_us(CLOCK_MONOTONIC), deadline = start + timeout_s * 1000000LL;
         int64_t next_probe = start, tick = (sample_app ? sample_ms : interval_ms) * 1000;
-        long polls = 0, samples[S_KINDS] = {0};
+        long polls = 0, samples[S_KINDS] = { 0 };
         PGresult *res;
 
         if (PQstatus(pg) != CONNECTION_OK)
@@ -313,29 +315,43 @@ static int wait_drain(const char *conninfo, long timeout_s, long interval_ms, pi
 }
 
 static void usage(FILE *f) {
-        fprintf(f, "Usage: bench-util create-topic --bootstrap B --topic T [--partitions N] [--warm-idempotence]\n"
-                   "       bench-util watermarks --bootstrap B --topic T\n"
-                   "       bench-util wait-drain [--conninfo STR] [--timeout S] [--interval-ms MS] [--pid PID]\n"
-                   "                             [--sample-app NAME [--sample-ms MS]]\n");
+        fprintf(f,
+                "Usage: bench-util create-topic --bootstrap B --topic T [--partitions N] "
+                "[--warm-idempotence]\n"
+                "       bench-util watermarks --bootstrap B --topic T\n"
+                "       bench-util wait-drain [--conninfo STR] [--timeout S] [--interval-ms MS] [--pid PID]\n"
+                "                             [--sample-app NAME [--sample-ms MS]]\n");
 }
 
 int main(int argc, char **argv) {
-        enum { O_BOOTSTRAP = 0x100, O_TOPIC, O_PARTITIONS, O_CONNINFO, O_TIMEOUT, O_INTERVAL, O_PID, O_SAMPLE_APP, O_SAMPLE_MS, O_WARM };
-        static const struct option longopts[] = {
-                {"bootstrap", required_argument, NULL, O_BOOTSTRAP},
-                {"topic", required_argument, NULL, O_TOPIC},
-                {"partitions", required_argument, NULL, O_PARTITIONS},
-                {"conninfo", required_argument, NULL, O_CONNINFO},
-                {"timeout", required_argument, NULL, O_TIMEOUT},
-                {"interval-ms", required_argument, NULL, O_INTERVAL},
-                {"pid", required_argument, NULL, O_PID},
-                {"sample-app", required_argument, NULL, O_SAMPLE_APP},
-                {"sample-ms", required_argument, NULL, O_SAMPLE_MS},
-                {"warm-idempotence", no_argument, NULL, O_WARM},
-                {"help", no_argument, NULL, 'h'},
-                {0},
+        enum {
+                O_BOOTSTRAP = 0x100,
+                O_TOPIC,
+                O_PARTITIONS,
+                O_CONNINFO,
+                O_TIMEOUT,
+                O_INTERVAL,
+                O_PID,
+                O_SAMPLE_APP,
+                O_SAMPLE_MS,
+                O_WARM
         };
-        const char *bootstrap = getenv("KAFKA_BOOTSTRAP"), *topic = NULL, *conninfo = "", *cmd, *sample_app = NULL;
+        static const struct option longopts[] = {
+                { "bootstrap", required_argument, NULL, O_BOOTSTRAP },
+                { "topic", required_argument, NULL, O_TOPIC },
+                { "partitions", required_argument, NULL, O_PARTITIONS },
+                { "conninfo", required_argument, NULL, O_CONNINFO },
+                { "timeout", required_argument, NULL, O_TIMEOUT },
+                { "interval-ms", required_argument, NULL, O_INTERVAL },
+                { "pid", required_argument, NULL, O_PID },
+                { "sample-app", required_argument, NULL, O_SAMPLE_APP },
+                { "sample-ms", required_argument, NULL, O_SAMPLE_MS },
+                { "warm-idempotence", no_argument, NULL, O_WARM },
+                { "help", no_argument, NULL, 'h' },
+                { 0 },
+        };
+        const char *bootstrap = getenv("KAFKA_BOOTSTRAP"), *topic = NULL, *conninfo = "", *cmd,
+                   *sample_app = NULL;
         long partitions = 3, timeout_s = 600, interval_ms = 200, pid = 0, sample_ms = 20;
         bool warm = false;
         int c;
@@ -348,18 +364,42 @@ int main(int argc, char **argv) {
         optind = 2;
         while ((c = getopt_long(argc, argv, "h", longopts, NULL)) >= 0) {
                 switch (c) {
-                case O_BOOTSTRAP: bootstrap = optarg; break;
-                case O_TOPIC: topic = optarg; break;
-                case O_PARTITIONS: partitions = parse_long(optarg, "--partitions", 1, 1000); break;
-                case O_CONNINFO: conninfo = optarg; break;
-                case O_TIMEOUT: timeout_s = parse_long(optarg, "--timeout", 1, 86400); break;
-                case O_INTERVAL: interval_ms = parse_long(optarg, "--interval-ms", 1, 60000); break;
-                case O_PID: pid = parse_long(optarg, "--pid", 1, 1L << 30); break;
-                case O_SAMPLE_APP: sample_app = optarg; break;
-                case O_WARM: warm = true; break;
-                case O_SAMPLE_MS: sample_ms = parse_long(optarg, "--sample-ms", 1, 10000); break;
-                case 'h': usage(stdout); return 0;
-                default: usage(stderr); return 1;
+                case O_BOOTSTRAP:
+                        bootstrap = optarg;
+                        break;
+                case O_TOPIC:
+                        topic = optarg;
+                        break;
+                case O_PARTITIONS:
+                        partitions = parse_long(optarg, "--partitions", 1, 1000);
+                        break;
+                case O_CONNINFO:
+                        conninfo = optarg;
+                        break;
+                case O_TIMEOUT:
+                        timeout_s = parse_long(optarg, "--timeout", 1, 86400);
+                        break;
+                case O_INTERVAL:
+                        interval_ms = parse_long(optarg, "--interval-ms", 1, 60000);
+                        break;
+                case O_PID:
+                        pid = parse_long(optarg, "--pid", 1, 1L << 30);
+                        break;
+                case O_SAMPLE_APP:
+                        sample_app = optarg;
+                        break;
+                case O_WARM:
+                        warm = true;
+                        break;
+                case O_SAMPLE_MS:
+                        sample_ms = parse_long(optarg, "--sample-ms", 1, 10000);
+                        break;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 1;
                 }
         }
         if (strcmp(cmd, "create-topic") == 0) {

@@ -34,21 +34,21 @@ struct options {
         const char *bootstrap;
         const char *topic;
         int seconds;
-        int rate;      /* rows per second */
-        int per_tx;    /* rows per insert transaction */
-        int grace;     /* seconds to wait for the last rows after the inserts end */
-        int keys;      /* distinct keys */
+        int rate; /* rows per second */
+        int per_tx; /* rows per insert transaction */
+        int grace; /* seconds to wait for the last rows after the inserts end */
+        int keys; /* distinct keys */
 };
 
 /* Shared between the inserter (main thread) and the consumer thread. The arrays are indexed by
  * row sequence number; each is written by one thread only and read by main after the join. */
 struct state {
         size_t capacity;
-        int64_t *latency_us;        /* consumer: first arrival's latency, INT64_MIN = not seen */
-        _Atomic int64_t received;   /* distinct sequence numbers seen */
+        int64_t *latency_us; /* consumer: first arrival's latency, INT64_MIN = not seen */
+        _Atomic int64_t received; /* distinct sequence numbers seen */
         _Atomic int64_t duplicates; /* arrivals of an already seen sequence number */
-        _Atomic int64_t foreign;    /* messages that are not ours (should stay 0) */
-        _Atomic int64_t errors;     /* consumer errors */
+        _Atomic int64_t foreign; /* messages that are not ours (should stay 0) */
+        _Atomic int64_t errors; /* consumer errors */
         atomic_bool stop;
         atomic_bool polling; /* the consumer thread entered its loop */
         rd_kafka_t *rk;
@@ -152,13 +152,13 @@ static rd_kafka_t *consumer_open(const struct options *o) {
         rd_kafka_t *rk;
         int64_t deadline = clock_us(CLOCK_MONOTONIC) + 30 * 1000000LL;
         const char *settings[][2] = {
-                {"bootstrap.servers", o->bootstrap},
-                {"group.id", group}, /* required by the consumer API; nothing is committed */
-                {"enable.auto.commit", "false"},
-                {"enable.auto.offset.store", "false"},
-                {"enable.partition.eof", "false"},
-                {"fetch.wait.max.ms", "100"},
-                {"fetch.error.backoff.ms", "50"},
+                { "bootstrap.servers", o->bootstrap },
+                { "group.id", group }, /* required by the consumer API; nothing is committed */
+                { "enable.auto.commit", "false" },
+                { "enable.auto.offset.store", "false" },
+                { "enable.partition.eof", "false" },
+                { "fetch.wait.max.ms", "100" },
+                { "fetch.error.backoff.ms", "50" },
         };
 
         snprintf(group, sizeof(group), "outbox-bench-latency-%ld", (long)getpid());
@@ -176,17 +176,17 @@ static rd_kafka_t *consumer_open(const struct options *o) {
                 rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, 2000);
 
                 if (e == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1 &&
-                    md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR &&
-                    md->topics[0].partition_cnt > 0)
+                    md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR && md->topics[0].partition_cnt > 0)
                         break;
                 if (clock_us(CLOCK_MONOTONIC) >= deadline)
                         die("no metadata for topic '%s' within 30s (%s)", o->topic,
-                            e ? rd_kafka_err2str(e)
-                              : md->topic_cnt ? rd_kafka_err2str(md->topics[0].err) : "no topic");
+                            e                       ? rd_kafka_err2str(e)
+                                    : md->topic_cnt ? rd_kafka_err2str(md->topics[0].err)
+                                                    : "no topic");
                 if (md)
                         rd_kafka_metadata_destroy(md);
                 md = NULL;
-                nanosleep(&(struct timespec){.tv_nsec = 200000000}, NULL);
+                nanosleep(&(struct timespec){ .tv_nsec = 200000000 }, NULL);
         }
         parts = rd_kafka_topic_partition_list_new(md->topics[0].partition_cnt);
         for (int i = 0; i < md->topics[0].partition_cnt; i++) {
@@ -242,16 +242,16 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
         enum { O_CONNINFO = 0x100, O_BOOTSTRAP, O_TOPIC, O_SECONDS, O_RATE, O_PERTX, O_KEYS, O_GRACE };
         static const struct option longopts[] = {
-                {"conninfo", required_argument, NULL, O_CONNINFO},
-                {"bootstrap", required_argument, NULL, O_BOOTSTRAP},
-                {"topic", required_argument, NULL, O_TOPIC},
-                {"seconds", required_argument, NULL, O_SECONDS},
-                {"rate", required_argument, NULL, O_RATE},
-                {"per-tx", required_argument, NULL, O_PERTX},
-                {"keys", required_argument, NULL, O_KEYS},
-                {"grace", required_argument, NULL, O_GRACE},
-                {"help", no_argument, NULL, 'h'},
-                {0},
+                { "conninfo", required_argument, NULL, O_CONNINFO },
+                { "bootstrap", required_argument, NULL, O_BOOTSTRAP },
+                { "topic", required_argument, NULL, O_TOPIC },
+                { "seconds", required_argument, NULL, O_SECONDS },
+                { "rate", required_argument, NULL, O_RATE },
+                { "per-tx", required_argument, NULL, O_PERTX },
+                { "keys", required_argument, NULL, O_KEYS },
+                { "grace", required_argument, NULL, O_GRACE },
+                { "help", no_argument, NULL, 'h' },
+                { 0 },
         };
         struct options o = {
                 .conninfo = "",
@@ -263,28 +263,48 @@ int main(int argc, char **argv) {
                 .grace = 30,
                 .keys = 10000,
         };
-        struct state st = {0};
+        struct state st = { 0 };
         pthread_t thread;
         PGconn *pg;
         size_t n_tx, n_rows, n_lat = 0;
         int64_t *lat, t0, t_end, late = 0, max_behind = 0, inserted = 0, wait_until;
         int64_t interval_ns;
         char topic_p[256], first_p[24], insert_p[24], n_p[16], keys_p[16];
-        const char *params[5] = {topic_p, first_p, insert_p, n_p, keys_p};
+        const char *params[5] = { topic_p, first_p, insert_p, n_p, keys_p };
         int c, status = 0;
 
         while ((c = getopt_long(argc, argv, "h", longopts, NULL)) >= 0) {
                 switch (c) {
-                case O_CONNINFO: o.conninfo = optarg; break;
-                case O_BOOTSTRAP: o.bootstrap = optarg; break;
-                case O_TOPIC: o.topic = optarg; break;
-                case O_SECONDS: o.seconds = parse_int(optarg, "--seconds", 1, 3600); break;
-                case O_RATE: o.rate = parse_int(optarg, "--rate", 1, 1000000); break;
-                case O_PERTX: o.per_tx = parse_int(optarg, "--per-tx", 1, 10000); break;
-                case O_KEYS: o.keys = parse_int(optarg, "--keys", 1, INT_MAX); break;
-                case O_GRACE: o.grace = parse_int(optarg, "--grace", 1, 3600); break;
-                case 'h': usage(stdout); return 0;
-                default: usage(stderr); return 1;
+                case O_CONNINFO:
+                        o.conninfo = optarg;
+                        break;
+                case O_BOOTSTRAP:
+                        o.bootstrap = optarg;
+                        break;
+                case O_TOPIC:
+                        o.topic = optarg;
+                        break;
+                case O_SECONDS:
+                        o.seconds = parse_int(optarg, "--seconds", 1, 3600);
+                        break;
+                case O_RATE:
+                        o.rate = parse_int(optarg, "--rate", 1, 1000000);
+                        break;
+                case O_PERTX:
+                        o.per_tx = parse_int(optarg, "--per-tx", 1, 10000);
+                        break;
+                case O_KEYS:
+                        o.keys = parse_int(optarg, "--keys", 1, INT_MAX);
+                        break;
+                case O_GRACE:
+                        o.grace = parse_int(optarg, "--grace", 1, 3600);
+                        break;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 1;
                 }
         }
         if (!o.bootstrap || !*o.bootstrap)
@@ -314,15 +334,15 @@ int main(int argc, char **argv) {
         /* One statement = one transaction of per_tx rows, each through outbox_enqueue(text),
          * 200-byte payloads, the same three headers as the bulk rows, keys spread like theirs. */
         {
-                PGresult *res = PQprepare(
-                        pg, "enqueue",
-                        "SELECT count(outbox_enqueue($1::text, 'key-' || (s % $5::int8),"
-                        " rpad(format('" PAYLOAD_TAG " seq=%s t=%s ', s, $3::int8), "
-                        "      " PAYLOAD_BYTES ", '.'),"
-                        " jsonb_build_object('trace-id', md5(s::text), 'source', 'outbox-bench',"
-                        "                    'type', 'order.created')))"
-                        " FROM generate_series($2::int8, $2::int8 + $4::int8 - 1) s",
-                        5, NULL);
+                PGresult *res =
+                        PQprepare(pg, "enqueue",
+                                  "SELECT count(outbox_enqueue($1::text, 'key-' || (s % $5::int8),"
+                                  " rpad(format('" PAYLOAD_TAG " seq=%s t=%s ', s, $3::int8), "
+                                  "      " PAYLOAD_BYTES ", '.'),"
+                                  " jsonb_build_object('trace-id', md5(s::text), 'source', 'outbox-bench',"
+                                  "                    'type', 'order.created')))"
+                                  " FROM generate_series($2::int8, $2::int8 + $4::int8 - 1) s",
+                                  5, NULL);
 
                 if (PQresultStatus(res) != PGRES_COMMAND_OK)
                         die("preparing the insert: %s", PQresultErrorMessage(res));
@@ -333,9 +353,9 @@ int main(int argc, char **argv) {
         if (pthread_create(&thread, NULL, consume, &st) != 0)
                 die("cannot start the consumer thread");
         while (!atomic_load(&st.polling))
-                nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+                nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
         /* Let the fetcher start on the assigned offsets before the clock runs. */
-        nanosleep(&(struct timespec){.tv_sec = 1}, NULL);
+        nanosleep(&(struct timespec){ .tv_sec = 1 }, NULL);
 
         snprintf(topic_p, sizeof(topic_p), "%s", o.topic);
         snprintf(n_p, sizeof(n_p), "%d", o.per_tx);
@@ -345,7 +365,7 @@ int main(int argc, char **argv) {
         t0 = clock_us(CLOCK_MONOTONIC) * 1000 + 10000000; /* ns, 10 ms from now */
         for (size_t i = 0; i < n_tx && !interrupted; i++) {
                 int64_t target_ns = t0 + (int64_t)i * interval_ns, now_ns, behind;
-                struct timespec ts = {.tv_sec = target_ns / 1000000000, .tv_nsec = target_ns % 1000000000};
+                struct timespec ts = { .tv_sec = target_ns / 1000000000, .tv_nsec = target_ns % 1000000000 };
                 PGresult *res;
 
                 while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !interrupted)
@@ -369,11 +389,10 @@ int main(int argc, char **argv) {
                 inserted, (double)(t_end - t0 / 1000) / 1e6, o.grace);
 
         wait_until = t_end + (int64_t)o.grace * 1000000;
-        while (atomic_load(&st.received) < inserted && clock_us(CLOCK_MONOTONIC) < wait_until &&
-               !interrupted)
-                nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL);
+        while (atomic_load(&st.received) < inserted && clock_us(CLOCK_MONOTONIC) < wait_until && !interrupted)
+                nanosleep(&(struct timespec){ .tv_nsec = 20000000 }, NULL);
         /* A short look for duplicates arriving after the last row. */
-        nanosleep(&(struct timespec){.tv_nsec = 500000000}, NULL);
+        nanosleep(&(struct timespec){ .tv_nsec = 500000000 }, NULL);
         atomic_store(&st.stop, true);
         pthread_join(thread, NULL);
         rd_kafka_consumer_close(st.rk);

@@ -12,27 +12,27 @@
 
 /* Where a claimed row stands with Kafka. The loop reports each step; the rules below read it. */
 enum row_state {
-        ROW_CLAIMED,    /* not handled (yet): left pending, untouched */
-        ROW_HELD,       /* not sent: an earlier row of its (topic, key) did not go through */
-        ROW_REFUSED,    /* produce() refused it at once (err) */
-        ROW_IN_FLIGHT,  /* handed to librdkafka, its report is still to come */
-        ROW_REPORTED,   /* its delivery report came (err, partition) */
+        ROW_CLAIMED, /* not handled (yet): left pending, untouched */
+        ROW_HELD, /* not sent: an earlier row of its (topic, key) did not go through */
+        ROW_REFUSED, /* produce() refused it at once (err) */
+        ROW_IN_FLIGHT, /* handed to librdkafka, its report is still to come */
+        ROW_REPORTED, /* its delivery report came (err, partition) */
         ROW_UNREPORTED, /* it was in flight and no report came (the relay purged and gave up) */
 };
 
 /* What the plan does with the row in the finishing transaction. */
 enum row_action {
-        ACT_LEAVE,  /* nothing: the row stays pending exactly as it was */
+        ACT_LEAVE, /* nothing: the row stays pending exactly as it was */
         ACT_FINISH, /* delivered: delete or mark it */
-        ACT_FAIL,   /* record the failure: attempts += attempts_inc, last_error = reason, dead */
+        ACT_FAIL, /* record the failure: attempts += attempts_inc, last_error = reason, dead */
 };
 
 struct batch_row {
         /* From the claim; borrowed. */
         int64_t id;
         const char *topic;
-        const char *key;       /* NULL: no key, so no order to keep */
-        int attempts;          /* attempts spent before this batch */
+        const char *key; /* NULL: no key, so no order to keep */
+        int attempts; /* attempts spent before this batch */
         const char *map_error; /* why the row cannot become a message (bad headers), or NULL */
         const char *topic_error; /* why Kafka can never accept its topic (batch_prepare), or NULL */
 
@@ -40,17 +40,17 @@ struct batch_row {
         enum row_state state;
         rd_kafka_resp_err_t err;
         int32_t partition; /* where it went, RD_KAFKA_PARTITION_UA if it never got one */
-        bool alone;        /* its latest send was the only message in flight (a re-send) */
+        bool alone; /* its latest send was the only message in flight (a re-send) */
 
         /* The plan, written by batch_plan(). */
         enum row_action action;
-        int attempts_inc;  /* 1 when the failure was the row's own, 0 for an outage */
-        bool dead;         /* park it in the dead-letter state */
-        bool pause_topic;  /* Kafka refuses the row's topic while it takes others: pause it */
-        bool pause_key;    /* the row's partition takes nothing: hold its (topic, key) back */
+        int attempts_inc; /* 1 when the failure was the row's own, 0 for an outage */
+        bool dead; /* park it in the dead-letter state */
+        bool pause_topic; /* Kafka refuses the row's topic while it takes others: pause it */
+        bool pause_key; /* the row's partition takes nothing: hold its (topic, key) back */
         bool probe_failed; /* a probe that delivered nothing: try other keys next time */
-        bool overtaken;    /* a later row of its (topic, key) is already in Kafka */
-        char reason[320];  /* for ACT_FAIL: last_error */
+        bool overtaken; /* a later row of its (topic, key) is already in Kafka */
+        char reason[320]; /* for ACT_FAIL: last_error */
 
         /* The neighbours in the batch with the same (topic, key), -1 = none (batch_prepare). */
         int prev, next;
@@ -58,10 +58,10 @@ struct batch_row {
 
 /* What a batch says about Kafka's availability, for the circuit breaker. */
 enum batch_verdict {
-        VERDICT_NONE,    /* not a test of Kafka: nothing was sent, or only refused locally */
+        VERDICT_NONE, /* not a test of Kafka: nothing was sent, or only refused locally */
         VERDICT_SUCCESS, /* Kafka took messages, or answered about them (a row's own fault) */
         VERDICT_FAILURE, /* messages were sent and none went through: Kafka is the problem */
-        VERDICT_FATAL,   /* the producer is broken: stop and let systemd restart the relay */
+        VERDICT_FATAL, /* the producer is broken: stop and let systemd restart the relay */
 };
 
 struct batch {
@@ -78,7 +78,7 @@ struct batch {
 /* Rules that come from the configuration. */
 struct batch_rules {
         int max_attempts; /* a row failing on its own that often is dead-lettered */
-        bool probe;       /* the batch is the circuit breaker's half-open probe */
+        bool probe; /* the batch is the circuit breaker's half-open probe */
 };
 
 /* Allocates n zeroed rows (b->rows) for the caller to fill with the claim's facts. -ENOMEM. */

@@ -21,8 +21,7 @@ const char *cfgutil_quote(const char *s, char *buf, size_t size);
 
 /* Writes "FILE:LINE: message", or "FILE: message" for file-level errors (line <= 0), into
  * err. Always returns -EINVAL, so callers can `return cfgutil_errorf(…)`. */
-int cfgutil_errorf(char *err, size_t errsz, const char *file, int line, const char *fmt, ...)
-        _printf_(5, 6);
+int cfgutil_errorf(char *err, size_t errsz, const char *file, int line, const char *fmt, ...) _printf_(5, 6);
 
 /* "250ms", "30s", "1.5s", "5m", "2h", "7d", or "0". Returns 0, -EINVAL (not a duration) or
  * -ERANGE (does not fit). Up to six fractional digits count; the result is truncated to

@@ -12,67 +12,67 @@
 
 enum finish_mode {
         FINISH_DELETE, /* delete published rows (default) */
-        FINISH_MARK,   /* set published_at; retention deletes old marked rows */
+        FINISH_MARK, /* set published_at; retention deletes old marked rows */
 };
 
 enum ordering_mode {
-        ORDERING_KEY,    /* every relay claims; per-(topic, key) bucket locks keep per-key order */
+        ORDERING_KEY, /* every relay claims; per-(topic, key) bucket locks keep per-key order */
         ORDERING_SINGLE, /* one relay per table publishes at a time (leader lock), the others stand by */
-        ORDERING_NONE,   /* every relay claims with no order between relays */
+        ORDERING_NONE, /* every relay claims with no order between relays */
 };
 
 /* One librdkafka property from the `kafka` group, already translated to librdkafka's name
  * (e.g. `linger_ms` -> "linger.ms") and value rendered as a string. */
 struct kafka_prop {
-        char *name;    /* librdkafka property name */
+        char *name; /* librdkafka property name */
         char *setting; /* name as written in the file, for messages */
         char *value;
-        int line;      /* line in `file` */
+        int line; /* line in `file` */
 };
 
 struct relay_config {
         char *file; /* path the configuration was read from */
 
         struct {
-                char *conninfo;           /* libpq conninfo string or URI; may hold a password */
-                char *table;              /* outbox table, optionally schema-qualified "s.t" */
-                char *channel;            /* LISTEN channel */
-                usec_t connect_timeout;   /* relay's own deadline for one connection attempt */
+                char *conninfo; /* libpq conninfo string or URI; may hold a password */
+                char *table; /* outbox table, optionally schema-qualified "s.t" */
+                char *channel; /* LISTEN channel */
+                usec_t connect_timeout; /* relay's own deadline for one connection attempt */
                 usec_t statement_timeout; /* session statement_timeout */
-                usec_t keepalives_idle;   /* TCP keepalive idle time */
-                usec_t tcp_user_timeout;  /* TCP_USER_TIMEOUT */
+                usec_t keepalives_idle; /* TCP keepalive idle time */
+                usec_t tcp_user_timeout; /* TCP_USER_TIMEOUT */
         } postgres;
 
         struct {
                 struct kafka_prop *props; /* in file order */
                 size_t n_props;
-                char *file;               /* file holding the kafka group; NULL: `file` */
-                int line;                 /* line of the kafka group; 0: no group */
+                char *file; /* file holding the kafka group; NULL: `file` */
+                int line; /* line of the kafka group; 0: no group */
         } kafka;
 
         struct {
-                int batch_size;            /* 1..10000, default 500 */
-                usec_t poll_interval;      /* wait for NOTIFY at most this long, default 5s */
-                usec_t batch_timeout;      /* deadline of one claim->publish->finish cycle, default 60s */
-                usec_t drain_timeout;      /* on SIGTERM finish the batch in flight within, default 30s */
-                enum finish_mode finish;   /* default FINISH_DELETE */
+                int batch_size; /* 1..10000, default 500 */
+                usec_t poll_interval; /* wait for NOTIFY at most this long, default 5s */
+                usec_t batch_timeout; /* deadline of one claim->publish->finish cycle, default 60s */
+                usec_t drain_timeout; /* on SIGTERM finish the batch in flight within, default 30s */
+                enum finish_mode finish; /* default FINISH_DELETE */
                 enum ordering_mode ordering; /* default ORDERING_KEY */
-                int max_attempts;          /* dead-letter a row failing on its own after N tries, default 10 */
-                usec_t retention;          /* FINISH_MARK: delete marked rows older than this, 0 = keep, default 7d */
-                usec_t status_interval;    /* periodic summary line, default 60s */
+                int max_attempts; /* dead-letter a row failing on its own after N tries, default 10 */
+                usec_t retention; /* FINISH_MARK: delete marked rows older than this, 0 = keep, default 7d */
+                usec_t status_interval; /* periodic summary line, default 60s */
         } relay;
 
         struct {
-                int failure_threshold;  /* consecutive transient batch failures that open it, default 5 */
-                double failure_ratio;   /* failure ratio over `window` batches that opens it, default 0.5 */
-                int window;             /* batches in the ratio window, default 20 */
-                usec_t cooldown;        /* first open period, default 5s */
-                usec_t cooldown_max;    /* cap of the growing open period, default 5min */
+                int failure_threshold; /* consecutive transient batch failures that open it, default 5 */
+                double failure_ratio; /* failure ratio over `window` batches that opens it, default 0.5 */
+                int window; /* batches in the ratio window, default 20 */
+                usec_t cooldown; /* first open period, default 5s */
+                usec_t cooldown_max; /* cap of the growing open period, default 5min */
         } breaker;
 
         struct {
                 usec_t base; /* backoff base, default 200ms */
-                usec_t cap;  /* backoff cap, default 30s */
+                usec_t cap; /* backoff cap, default 30s */
         } retry;
 
         struct {
@@ -104,8 +104,8 @@ rd_kafka_conf_t *config_kafka_conf(const struct relay_config *c, char *err, size
  * describes what really runs. Their names, where they differ, go comma-separated into
  * `changed`. Returns how many differed, or -ENOMEM with `next` untouched and `changed` empty
  * (every copy is made before anything is replaced). */
-int config_keep_restart_only(const struct relay_config *running, struct relay_config *next,
-                             char *changed, size_t changedsz);
+int config_keep_restart_only(const struct relay_config *running, struct relay_config *next, char *changed,
+                             size_t changedsz);
 
 /* config_keep_restart_only() taking its string copies from dup (strdup()'s contract: a heap
  * copy, or NULL when out of memory), so that tests can fail any one of them. */

@@ -19,11 +19,11 @@ struct kafka_delivery {
 
 struct kafka {
         rd_kafka_t *rk;
-        size_t pending;        /* delivery reports still to come */
-        bool fatal;            /* the producer hit a fatal error: stop and let systemd restart */
+        size_t pending; /* delivery reports still to come */
+        bool fatal; /* the producer hit a fatal error: stop and let systemd restart */
         char fatal_reason[512];
-        char last_error[512];  /* newest client-level error (e.g. all brokers down), for logs */
-        int last_error_level;  /* its syslog level */
+        char last_error[512]; /* newest client-level error (e.g. all brokers down), for logs */
+        int last_error_level; /* its syslog level */
         bool last_error_new;
 };
 
@@ -36,10 +36,9 @@ void kafka_close(struct kafka *k, usec_t timeout);
 /* Enqueues one message; `d` receives its delivery report. `headers` is taken on success.
  * Returns the librdkafka error code (0 = enqueued); RD_KAFKA_RESP_ERR__QUEUE_FULL is
  * back-pressure for the caller to handle (serve reports, then try again). Never waits. */
-rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key,
-                                  size_t key_len, const void *payload, size_t payload_len,
-                                  int64_t timestamp_ms, rd_kafka_headers_t *headers,
-                                  struct kafka_delivery *d);
+rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key, size_t key_len,
+                                  const void *payload, size_t payload_len, int64_t timestamp_ms,
+                                  rd_kafka_headers_t *headers, struct kafka_delivery *d);
 
 /* Serves delivery reports and client errors for up to timeout_ms. */
 void kafka_poll(struct kafka *k, int timeout_ms);

@@ -16,8 +16,8 @@
  * that name. Returns 0 (caller owns *ret: hand it to rd_kafka_new() or
  * rd_kafka_conf_destroy() it), -EINVAL with "FILE:LINE: kafka.setting: reason" in err, or
  * -ENOMEM; *ret is NULL on failure. */
-int kafka_guard_conf(const struct relay_config *c, struct kafka_prop *resolve,
-                     const char *const *prop_files, rd_kafka_conf_t **ret, char *err, size_t errsz);
+int kafka_guard_conf(const struct relay_config *c, struct kafka_prop *resolve, const char *const *prop_files,
+                     rd_kafka_conf_t **ret, char *err, size_t errsz);
 
 /* Builds the producer configuration and creates and destroys a producer with it, so that a
  * combination of properties librdkafka refuses only in rd_kafka_new() is a configuration

@@ -40,7 +40,7 @@ enum log_event {
         _LOG_EV_MAX,
 };
 
-const char *log_event_name(enum log_event ev);      /* "dead_letter" */
+const char *log_event_name(enum log_event ev); /* "dead_letter" */
 const char *log_event_message_id(enum log_event ev); /* 32 lowercase hex digits */
 
 /* Decides once whether stderr is connected to the journal ($JOURNAL_STREAM names it): then
@@ -50,12 +50,11 @@ void log_open(void);
 /* Builds the journal fields of an event into `buf` as NUL-separated "KEY=value" strings:
  * MESSAGE, PRIORITY, MESSAGE_ID, OUTBOX_EVENT, SYSLOG_IDENTIFIER, then `fields` (a
  * NULL-terminated list of "OUTBOX_…=value"). Returns the number of strings, or -ENOBUFS. */
-int log_event_fields(char *buf, size_t bufsz, int prio, enum log_event ev,
-                     const char *const *fields, const char *message);
+int log_event_fields(char *buf, size_t bufsz, int prio, enum log_event ev, const char *const *fields,
+                     const char *message);
 
 /* Logs an event: to journald with its fields when stderr is the journal, else like log_msg(). */
-void log_event(int prio, enum log_event ev, const char *const *fields, const char *fmt, ...)
-        _printf_(4, 5);
+void log_event(int prio, enum log_event ev, const char *const *fields, const char *fmt, ...) _printf_(4, 5);
 
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)

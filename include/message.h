@@ -11,11 +11,11 @@
 
 /* What a delivery outcome means for the row and for the relay. */
 enum outcome {
-        OUTCOME_OK,        /* acknowledged: finish the row */
+        OUTCOME_OK, /* acknowledged: finish the row */
         OUTCOME_TRANSIENT, /* may work later: keep the row, retry the batch later */
         OUTCOME_PERMANENT, /* the row itself can never be delivered: dead-letter it (once isolated) */
-        OUTCOME_CONFIG,    /* not the row's fault (authorization, unknown topic): keep it, alert */
-        OUTCOME_FATAL,     /* the producer is broken (idempotence lost): stop, exit non-zero */
+        OUTCOME_CONFIG, /* not the row's fault (authorization, unknown topic): keep it, alert */
+        OUTCOME_FATAL, /* the producer is broken (idempotence lost): stop, exit non-zero */
 };
 
 enum outcome message_classify(rd_kafka_resp_err_t err);
@@ -24,7 +24,7 @@ enum outcome message_classify(rd_kafka_resp_err_t err);
 enum error_scope {
         SCOPE_MESSAGE, /* about this message (or a local check of it alone) */
         SCOPE_REQUEST, /* a broker rejected a whole produce request: neighbours fail with it */
-        SCOPE_TOPIC,   /* about the topic itself (e.g. an invalid name): every row of it */
+        SCOPE_TOPIC, /* about the topic itself (e.g. an invalid name): every row of it */
 };
 enum error_scope message_error_scope(rd_kafka_resp_err_t err);
 

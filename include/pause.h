@@ -8,7 +8,7 @@
 
 struct pause_entry {
         char *topic;
-        char *key;        /* NULL in a set of whole topics */
+        char *key; /* NULL in a set of whole topics */
         usec_t until;
         unsigned strikes; /* pauses in a row: each one lasts twice as long, up to the cap */
 };
@@ -17,8 +17,8 @@ struct pause_set {
         struct pause_entry *v;
         size_t n;
         usec_t base; /* first pause */
-        usec_t cap;  /* longest pause */
-        size_t max;  /* most entries held (0 = no limit); past it, new ones are not paused */
+        usec_t cap; /* longest pause */
+        size_t max; /* most entries held (0 = no limit); past it, new ones are not paused */
 };
 
 void pause_set_init(struct pause_set *s, usec_t base, usec_t cap);
@@ -43,5 +43,5 @@ bool pause_set_known(const struct pause_set *s, const char *topic, const char *k
 
 /* Entries paused at `now`: their topics into topics[] and keys into keys[] (when keys is not
  * NULL), at most `cap`; the strings stay owned by the set. Returns the count. */
-size_t pause_set_active(const struct pause_set *s, usec_t now, const char **topics,
-                        const char **keys, size_t cap);
+size_t pause_set_active(const struct pause_set *s, usec_t now, const char **topics, const char **keys,
+                        size_t cap);

@@ -100,7 +100,7 @@ struct pg_skip {
  * batches ever hold rows of one (topic, key); a row without a key takes no lock. */
 struct pg_order {
         unsigned modulus, residue; /* buckets b with b % modulus == residue (share.h) */
-        int depth;                 /* pending rows the claim looks at, at most */
+        int depth; /* pending rows the claim looks at, at most */
 };
 
 /* BEGIN and claim up to `limit` rows in id order, one round trip, leaving out what `skip`

@@ -16,8 +16,8 @@
 
 enum relay_state {
         RELAY_CONNECTING, /* no database connection; reconnecting with backoff */
-        RELAY_IDLE,       /* waiting for NOTIFY or the poll interval */
-        RELAY_BACKOFF,    /* the last batch failed transiently; waiting before the next */
+        RELAY_IDLE, /* waiting for NOTIFY or the poll interval */
+        RELAY_BACKOFF, /* the last batch failed transiently; waiting before the next */
 };
 
 struct relay_stats {
@@ -40,18 +40,18 @@ struct relay {
         struct breaker breaker;
 
         enum relay_state state;
-        bool wake;              /* claim at once: notification or a full batch */
-        usec_t next_poll;       /* claim by then even without a notification */
-        usec_t retry_at;        /* no reconnect / no claim before then */
-        usec_t stop_at;         /* when the stop was requested, 0 = not yet */
+        bool wake; /* claim at once: notification or a full batch */
+        usec_t next_poll; /* claim by then even without a notification */
+        usec_t retry_at; /* no reconnect / no claim before then */
+        usec_t stop_at; /* when the stop was requested, 0 = not yet */
         usec_t next_summary;
         usec_t next_status;
-        usec_t status_at;           /* when STATUS was last computed */
+        usec_t status_at; /* when STATUS was last computed */
         uint64_t status_published; /* published total then */
         usec_t next_retention;
         bool ready_sent;
-        bool leader;            /* ordering = "single": this relay holds the table's leader lock */
-        bool standby_said;      /* the standby state was logged */
+        bool leader; /* ordering = "single": this relay holds the table's leader lock */
+        bool standby_said; /* the standby state was logged */
         usec_t next_leader_try;
 
         /* Topics Kafka takes nothing of while it takes other topics (unknown, not
@@ -65,10 +65,10 @@ struct relay {
 
         /* ordering = "key": how this relay shares the table with the others (share.c). */
         struct share share;
-        usec_t next_members;   /* when to look at the members again */
-        bool part_short;       /* the last claim of our part came back short of a full batch */
-        bool pooler_said;      /* the lost session lock was logged */
-        size_t last_keys;      /* distinct (topic, key) pairs of the last batch */
+        usec_t next_members; /* when to look at the members again */
+        bool part_short; /* the last claim of our part came back short of a full batch */
+        bool pooler_said; /* the lost session lock was logged */
+        size_t last_keys; /* distinct (topic, key) pairs of the last batch */
 
         struct relay_stats stats;
         struct relay_stats last_summary;

@@ -24,10 +24,10 @@ struct share_filter {
 };
 
 struct share {
-        unsigned relays;   /* live relays on the table, this one included; >= 1 */
-        unsigned rank;     /* this relay's place among them: 0 .. relays - 1 */
+        unsigned relays; /* live relays on the table, this one included; >= 1 */
+        unsigned rank; /* this relay's place among them: 0 .. relays - 1 */
         usec_t next_rescue;
-        bool rescuing;     /* the filter handed out last covered every bucket */
+        bool rescuing; /* the filter handed out last covered every bucket */
 };
 
 void share_init(struct share *s);

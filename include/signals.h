@@ -4,9 +4,9 @@
 #include <signal.h>
 
 struct signal_flags {
-        volatile sig_atomic_t stop;      /* SIGTERM/SIGINT: drain and exit */
+        volatile sig_atomic_t stop; /* SIGTERM/SIGINT: drain and exit */
         volatile sig_atomic_t hard_stop; /* second SIGTERM/SIGINT: roll back, exit at once */
-        volatile sig_atomic_t reload;    /* SIGHUP */
+        volatile sig_atomic_t reload; /* SIGHUP */
 };
 
 /* Installs the handlers; the returned flags are the process's only mutable globals. */

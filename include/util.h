@@ -37,9 +37,9 @@ static inline void freep(void *p) {
 #define _cleanup_free_ _cleanup_(freep)
 
 /* Takes ownership out of a _cleanup_ variable. */
-#define TAKE_PTR(p)                                                                                \
-        __extension__({                                                                                         \
-                __typeof__(p) _tp = (p);                                                           \
-                (p) = NULL;                                                                        \
-                _tp;                                                                               \
+#define TAKE_PTR(p)                      \
+        __extension__({                  \
+                __typeof__(p) _tp = (p); \
+                (p) = NULL;              \
+                _tp;                     \
         })

@@ -10,14 +10,14 @@
 
 /* What the facts about one row amount to. */
 enum kind {
-        K_LEFT,      /* never handled */
-        K_HELD,      /* held back behind an earlier row of its (topic, key) */
-        K_OK,        /* acknowledged */
-        K_DEAD,      /* certainly the row's own permanent fault */
-        K_SUSPECT,   /* a permanent error that may belong to a neighbour in the same request */
-        K_CONFIG,    /* the topic is refused (authorization, unknown topic) */
+        K_LEFT, /* never handled */
+        K_HELD, /* held back behind an earlier row of its (topic, key) */
+        K_OK, /* acknowledged */
+        K_DEAD, /* certainly the row's own permanent fault */
+        K_SUSPECT, /* a permanent error that may belong to a neighbour in the same request */
+        K_CONFIG, /* the topic is refused (authorization, unknown topic) */
         K_TRANSIENT, /* may work later */
-        K_FATAL,     /* the producer is broken */
+        K_FATAL, /* the producer is broken */
 };
 
 int batch_init(struct batch *b, size_t n) {
@@ -115,8 +115,7 @@ static enum kind kind_of(const struct batch *b, const struct batch_row *r) {
                 case OUTCOME_OK:
                         return K_OK;
                 case OUTCOME_PERMANENT:
-                        if (message_error_scope(r->err) == SCOPE_REQUEST && !r->alone &&
-                            b->sent_together > 1)
+                        if (message_error_scope(r->err) == SCOPE_REQUEST && !r->alone && b->sent_together > 1)
                                 return K_SUSPECT;
                         return K_DEAD;
                 case OUTCOME_CONFIG:
@@ -239,7 +238,9 @@ static void describe(struct batch_row *r, const char *fmt_suffix) {
                          fmt_suffix);
 }
 
-#define ORDER_SUFFIX "; not sent again: a later row of its key is already in Kafka, so sending it would break per-key order"
+#define ORDER_SUFFIX                                                                                       \
+        "; not sent again: a later row of its key is already in Kafka, so sending it would break per-key " \
+        "order"
 
 void batch_plan(struct batch *b, const struct batch_rules *rules, const struct pause_set *paused_keys) {
         struct landing *at = calloc(b->n + 1, sizeof(*at));
@@ -257,7 +258,7 @@ void batch_plan(struct batch *b, const struct batch_rules *rules, const struct p
                 /* Without memory every row reads as landed nowhere: attempts are then spent
                  * only by the other rules' caution, never wrongly. */
                 if (at && !landed(at, n_at, r->topic, r->partition))
-                        at[n_at++] = (struct landing){r->topic, r->partition};
+                        at[n_at++] = (struct landing){ r->topic, r->partition };
         }
         for (size_t i = 0; i < b->n; i++) {
                 struct batch_row *r = &b->rows[i];
@@ -269,7 +270,8 @@ void batch_plan(struct batch *b, const struct batch_rules *rules, const struct p
                 r->reason[0] = 0;
                 /* A broker's own verdict on a row (too large, refused topic) shows Kafka is
                  * there; a transient one (not enough replicas) shows it cannot take writes. */
-                if (r->state == ROW_REPORTED && r->err > 0 && (k == K_DEAD || k == K_SUSPECT || k == K_CONFIG))
+                if (r->state == ROW_REPORTED && r->err > 0 &&
+                    (k == K_DEAD || k == K_SUSPECT || k == K_CONFIG))
                         answered = true;
                 switch (k) {
                 case K_LEFT:
@@ -341,11 +343,11 @@ void batch_plan(struct batch *b, const struct batch_rules *rules, const struct p
                          * relay's own purges (deadline, drain) are never the row's fault. */
                         transient = true;
                         r->attempts_inc = any_ok && at && r->state == ROW_REPORTED &&
-                                                  r->err != RD_KAFKA_RESP_ERR__PURGE_QUEUE &&
-                                                  r->err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT &&
-                                                  landed(at, n_at, r->topic, r->partition)
-                                          ? 1
-                                          : 0;
+                                        r->err != RD_KAFKA_RESP_ERR__PURGE_QUEUE &&
+                                        r->err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT &&
+                                        landed(at, n_at, r->topic, r->partition)
+                                ? 1
+                                : 0;
                         if (r->attempts_inc && r->attempts + 1 >= rules->max_attempts) {
                                 char suffix[48];
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int breaker_init(struct breaker *b, unsigned failure_threshold, double failure_ratio,
-                 unsigned window, usec_t cooldown, usec_t cooldown_max) {
+int breaker_init(struct breaker *b, unsigned failure_threshold, double failure_ratio, unsigned window,
+                 usec_t cooldown, usec_t cooldown_max) {
         memset(b, 0, sizeof(*b));
         if (window == 0 || window > BREAKER_WINDOW_MAX)
                 return -EINVAL;
@@ -82,8 +82,8 @@ enum breaker_event breaker_record(struct breaker *b, bool failure, usec_t now, s
         case BREAKER_HALF_OPEN:
                 if (failure) {
                         b->current_cooldown = b->current_cooldown > b->cooldown_max / 2
-                                                      ? b->cooldown_max
-                                                      : b->current_cooldown * 2;
+                                ? b->cooldown_max
+                                : b->current_cooldown * 2;
                         open_for_cooldown(b, now, rng);
                         return BREAKER_REOPENED;
                 }
@@ -110,8 +110,8 @@ enum breaker_event breaker_record(struct breaker *b, bool failure, usec_t now, s
         return BREAKER_NONE;
 }
 
-int breaker_configure(struct breaker *b, unsigned failure_threshold, double failure_ratio,
-                      unsigned window, usec_t cooldown, usec_t cooldown_max) {
+int breaker_configure(struct breaker *b, unsigned failure_threshold, double failure_ratio, unsigned window,
+                      usec_t cooldown, usec_t cooldown_max) {
         if (window == 0 || window > BREAKER_WINDOW_MAX)
                 return -EINVAL;
         if (window != b->window) {

@@ -24,7 +24,7 @@ void cfgutil_sb_putc(struct cfgutil_sbuf *b, char ch) {
 }
 
 const char *cfgutil_quote(const char *s, char *buf, size_t size) {
-        struct cfgutil_sbuf b = {buf, size, 0};
+        struct cfgutil_sbuf b = { buf, size, 0 };
         size_t i;
 
         cfgutil_sb_putc(&b, '"');
@@ -69,13 +69,13 @@ static const struct {
         const char *suffix;
         usec_t usec;
 } duration_units[] = {
-        {"us", 1},
-        {"ms", USEC_PER_MSEC},
-        {"s", USEC_PER_SEC},
-        {"m", 60 * USEC_PER_SEC},
-        {"min", 60 * USEC_PER_SEC},
-        {"h", 3600 * USEC_PER_SEC},
-        {"d", 86400 * USEC_PER_SEC},
+        { "us", 1 },
+        { "ms", USEC_PER_MSEC },
+        { "s", USEC_PER_SEC },
+        { "m", 60 * USEC_PER_SEC },
+        { "min", 60 * USEC_PER_SEC },
+        { "h", 3600 * USEC_PER_SEC },
+        { "d", 86400 * USEC_PER_SEC },
 };
 
 int cfgutil_parse_duration(const char *s, usec_t *ret) {
@@ -126,7 +126,7 @@ int cfgutil_parse_duration(const char *s, usec_t *ret) {
 }
 
 const char *cfgutil_format_duration(usec_t u, char *buf, size_t size) {
-        static const size_t order[] = {6, 5, 3, 2, 1, 0}; /* d, h, m, s, ms, us */
+        static const size_t order[] = { 6, 5, 3, 2, 1, 0 }; /* d, h, m, s, ms, us */
 
         if (u == 0) {
                 snprintf(buf, size, "0");

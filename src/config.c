@@ -23,13 +23,13 @@
 /* ---- the key table ------------------------------------------------------------------------ */
 
 enum key_kind {
-        KEY_INT,      /* libconfig int or int64, range min..max */
-        KEY_RATIO,    /* number in (0, 1] */
+        KEY_INT, /* libconfig int or int64, range min..max */
+        KEY_RATIO, /* number in (0, 1] */
         KEY_DURATION, /* string "250ms", "1.5s", "5m", …; stored as usec, range min..max */
         KEY_CONNINFO, /* libpq conninfo or URI, checked with PQconninfoParse() */
-        KEY_TABLE,    /* identifier, optionally schema-qualified */
-        KEY_CHANNEL,  /* identifier */
-        KEY_FINISH,   /* "delete" | "mark" */
+        KEY_TABLE, /* identifier, optionally schema-qualified */
+        KEY_CHANNEL, /* identifier */
+        KEY_FINISH, /* "delete" | "mark" */
         KEY_ORDERING, /* "key" | "single" | "none" */
         KEY_LOGLEVEL, /* "error" | "warning" | "notice" | "info" | "debug" */
 };
@@ -38,66 +38,64 @@ struct key {
         const char *group;
         const char *name;
         enum key_kind kind;
-        size_t offset;       /* into struct relay_config */
-        long long min, max;  /* KEY_INT: value; KEY_DURATION: usec */
-        bool zero_ok;        /* KEY_DURATION: "0" has a meaning (e.g. keep forever) */
-        long long def;       /* default of every non-string kind (usec for durations) */
-        double def_real;     /* KEY_RATIO default */
+        size_t offset; /* into struct relay_config */
+        long long min, max; /* KEY_INT: value; KEY_DURATION: usec */
+        bool zero_ok; /* KEY_DURATION: "0" has a meaning (e.g. keep forever) */
+        long long def; /* default of every non-string kind (usec for durations) */
+        double def_real; /* KEY_RATIO default */
         const char *def_str; /* default of the string kinds */
-        bool restart;        /* a change takes effect only after a restart, not on SIGHUP */
+        bool restart; /* a change takes effect only after a restart, not on SIGHUP */
 };
 
 #define SEC(n) ((long long)(n) * (long long)USEC_PER_SEC)
 #define MSEC(n) ((long long)(n) * (long long)USEC_PER_MSEC)
-#define MIN(n) SEC((n) * 60LL)
-#define HOUR(n) MIN((n) * 60LL)
-#define DAY(n) HOUR((n) * 24LL)
+#define MIN(n) SEC((n)*60LL)
+#define HOUR(n) MIN((n)*60LL)
+#define DAY(n) HOUR((n)*24LL)
 #define OFF(f) offsetof(struct relay_config, f)
 
 /* One row per key. The sample etc/outbox-relay.conf documents the same rows; a unit test
  * checks that loading the sample gives exactly these defaults. */
 static const struct key keys[] = {
-        {"postgres", "conninfo", KEY_CONNINFO, OFF(postgres.conninfo), .def_str = "", .restart = true},
-        {"postgres", "table", KEY_TABLE, OFF(postgres.table), .def_str = "outbox", .restart = true},
-        {"postgres", "channel", KEY_CHANNEL, OFF(postgres.channel), .def_str = "outbox", .restart = true},
-        {"postgres", "connect_timeout", KEY_DURATION, OFF(postgres.connect_timeout), SEC(1), MIN(10),
-         .def = SEC(10), .restart = true},
-        {"postgres", "statement_timeout", KEY_DURATION, OFF(postgres.statement_timeout), MSEC(100),
-         HOUR(1), .def = SEC(30), .restart = true},
-        {"postgres", "keepalives_idle", KEY_DURATION, OFF(postgres.keepalives_idle), SEC(1), HOUR(2),
-         .def = SEC(30), .restart = true},
-        {"postgres", "tcp_user_timeout", KEY_DURATION, OFF(postgres.tcp_user_timeout), SEC(1), HOUR(1),
-         .def = SEC(30), .restart = true},
+        { "postgres", "conninfo", KEY_CONNINFO, OFF(postgres.conninfo), .def_str = "", .restart = true },
+        { "postgres", "table", KEY_TABLE, OFF(postgres.table), .def_str = "outbox", .restart = true },
+        { "postgres", "channel", KEY_CHANNEL, OFF(postgres.channel), .def_str = "outbox", .restart = true },
+        { "postgres", "connect_timeout", KEY_DURATION, OFF(postgres.connect_timeout), SEC(1), MIN(10),
+          .def = SEC(10), .restart = true },
+        { "postgres", "statement_timeout", KEY_DURATION, OFF(postgres.statement_timeout), MSEC(100), HOUR(1),
+          .def = SEC(30), .restart = true },
+        { "postgres", "keepalives_idle", KEY_DURATION, OFF(postgres.keepalives_idle), SEC(1), HOUR(2),
+          .def = SEC(30), .restart = true },
+        { "postgres", "tcp_user_timeout", KEY_DURATION, OFF(postgres.tcp_user_timeout), SEC(1), HOUR(1),
+          .def = SEC(30), .restart = true },
 
-        {"relay", "batch_size", KEY_INT, OFF(relay.batch_size), 1, 10000, .def = 500},
-        {"relay", "poll_interval", KEY_DURATION, OFF(relay.poll_interval), MSEC(10), MIN(10),
-         .def = SEC(5)},
-        {"relay", "batch_timeout", KEY_DURATION, OFF(relay.batch_timeout), SEC(1), HOUR(1),
-         .def = SEC(60), .restart = true},
-        {"relay", "drain_timeout", KEY_DURATION, OFF(relay.drain_timeout), SEC(1), HOUR(1),
-         .def = SEC(30)},
-        {"relay", "finish", KEY_FINISH, OFF(relay.finish), .def = FINISH_DELETE},
-        {"relay", "ordering", KEY_ORDERING, OFF(relay.ordering), .def = ORDERING_KEY, .restart = true},
-        {"relay", "max_attempts", KEY_INT, OFF(relay.max_attempts), 1, 1000, .def = 10},
-        {"relay", "retention", KEY_DURATION, OFF(relay.retention), MIN(1), DAY(3650), true,
-         .def = DAY(7)},
-        {"relay", "status_interval", KEY_DURATION, OFF(relay.status_interval), SEC(1), DAY(1),
-         .def = SEC(60)},
+        { "relay", "batch_size", KEY_INT, OFF(relay.batch_size), 1, 10000, .def = 500 },
+        { "relay", "poll_interval", KEY_DURATION, OFF(relay.poll_interval), MSEC(10), MIN(10),
+          .def = SEC(5) },
+        { "relay", "batch_timeout", KEY_DURATION, OFF(relay.batch_timeout), SEC(1), HOUR(1), .def = SEC(60),
+          .restart = true },
+        { "relay", "drain_timeout", KEY_DURATION, OFF(relay.drain_timeout), SEC(1), HOUR(1), .def = SEC(30) },
+        { "relay", "finish", KEY_FINISH, OFF(relay.finish), .def = FINISH_DELETE },
+        { "relay", "ordering", KEY_ORDERING, OFF(relay.ordering), .def = ORDERING_KEY, .restart = true },
+        { "relay", "max_attempts", KEY_INT, OFF(relay.max_attempts), 1, 1000, .def = 10 },
+        { "relay", "retention", KEY_DURATION, OFF(relay.retention), MIN(1), DAY(3650), true, .def = DAY(7) },
+        { "relay", "status_interval", KEY_DURATION, OFF(relay.status_interval), SEC(1), DAY(1),
+          .def = SEC(60) },
 
-        {"breaker", "failure_threshold", KEY_INT, OFF(breaker.failure_threshold), 1, 1000, .def = 5},
-        {"breaker", "failure_ratio", KEY_RATIO, OFF(breaker.failure_ratio), .def_real = 0.5},
-        {"breaker", "window", KEY_INT, OFF(breaker.window), 1, 10000, .def = 20},
-        {"breaker", "cooldown", KEY_DURATION, OFF(breaker.cooldown), MSEC(100), HOUR(1), .def = SEC(5)},
-        {"breaker", "cooldown_max", KEY_DURATION, OFF(breaker.cooldown_max), MSEC(100), DAY(1),
-         .def = MIN(5)},
+        { "breaker", "failure_threshold", KEY_INT, OFF(breaker.failure_threshold), 1, 1000, .def = 5 },
+        { "breaker", "failure_ratio", KEY_RATIO, OFF(breaker.failure_ratio), .def_real = 0.5 },
+        { "breaker", "window", KEY_INT, OFF(breaker.window), 1, 10000, .def = 20 },
+        { "breaker", "cooldown", KEY_DURATION, OFF(breaker.cooldown), MSEC(100), HOUR(1), .def = SEC(5) },
+        { "breaker", "cooldown_max", KEY_DURATION, OFF(breaker.cooldown_max), MSEC(100), DAY(1),
+          .def = MIN(5) },
 
-        {"retry", "base", KEY_DURATION, OFF(retry.base), MSEC(1), HOUR(1), .def = MSEC(200)},
-        {"retry", "cap", KEY_DURATION, OFF(retry.cap), MSEC(1), DAY(1), .def = SEC(30)},
+        { "retry", "base", KEY_DURATION, OFF(retry.base), MSEC(1), HOUR(1), .def = MSEC(200) },
+        { "retry", "cap", KEY_DURATION, OFF(retry.cap), MSEC(1), DAY(1), .def = SEC(30) },
 
-        {"log", "level", KEY_LOGLEVEL, OFF(log.level), .def = LOG_INFO},
+        { "log", "level", KEY_LOGLEVEL, OFF(log.level), .def = LOG_INFO },
 };
 
-static const char *const groups[] = {"postgres", "kafka", "relay", "breaker", "retry", "log"};
+static const char *const groups[] = { "postgres", "kafka", "relay", "breaker", "retry", "log" };
 
 static void *field(struct relay_config *c, const struct key *k) {
         return (char *)c + k->offset;
@@ -164,8 +162,7 @@ static const char *source_path(struct loader *l, const char *f) {
         for (i = 0; i < l->n_included; i++)
                 if (strcmp(l->included[i], f) == 0)
                         return l->included_path[i];
-        if (i == ELEMENTSOF(l->included) ||
-            asprintf(&l->included_path[i], "%s/%s", l->include_dir, f) < 0)
+        if (i == ELEMENTSOF(l->included) || asprintf(&l->included_path[i], "%s/%s", l->include_dir, f) < 0)
                 return f;
         l->included[i] = f;
         l->n_included++;
@@ -188,8 +185,7 @@ static const char *setting_path(const config_setting_t *s, char *buf, size_t siz
 }
 
 /* "FILE:LINE: group.key: message" for setting s. Returns -EINVAL. */
-static int setting_error(struct loader *l, const config_setting_t *s, const char *fmt, ...)
-        _printf_(3, 4);
+static int setting_error(struct loader *l, const config_setting_t *s, const char *fmt, ...) _printf_(3, 4);
 static int setting_error(struct loader *l, const config_setting_t *s, const char *fmt, ...) {
         char msg[1024], path[256];
         va_list ap;
@@ -197,8 +193,8 @@ static int setting_error(struct loader *l, const config_setting_t *s, const char
         va_start(ap, fmt);
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
-        return cfgutil_errorf(l->err, l->errsz, setting_file(l, s), config_setting_source_line(s),
-                              "%s: %s", setting_path(s, path, sizeof(path)), msg);
+        return cfgutil_errorf(l->err, l->errsz, setting_file(l, s), config_setting_source_line(s), "%s: %s",
+                              setting_path(s, path, sizeof(path)), msg);
 }
 
 /* What the user wrote, for "(got …)": `integer 5`, `string "x"`, `group`. */
@@ -216,8 +212,7 @@ static const char *describe(const config_setting_t *s, char *buf, size_t size) {
                 snprintf(buf, size, "float %g", config_setting_get_float(s));
                 break;
         case CONFIG_TYPE_STRING:
-                snprintf(buf, size, "string %s",
-                         cfgutil_quote(config_setting_get_string(s), q, sizeof(q)));
+                snprintf(buf, size, "string %s", cfgutil_quote(config_setting_get_string(s), q, sizeof(q)));
                 break;
         case CONFIG_TYPE_BOOL:
                 snprintf(buf, size, "boolean %s", config_setting_get_bool(s) ? "true" : "false");
@@ -521,8 +516,8 @@ static int parse_duration_setting(struct loader *l, const config_setting_t *s, c
         cfgutil_format_duration((usec_t)k->min, lo, sizeof(lo));
         cfgutil_format_duration((usec_t)k->max, hi, sizeof(hi));
         if (u < (usec_t)k->min || u > (usec_t)k->max)
-                return setting_error(l, s, "must be %s%s..%s (got %s)", k->zero_ok ? "\"0\" or " : "",
-                                     lo, hi, q);
+                return setting_error(l, s, "must be %s%s..%s (got %s)", k->zero_ok ? "\"0\" or " : "", lo, hi,
+                                     q);
         *out = u;
         return 0;
 }
@@ -661,8 +656,8 @@ static int kafka_value(struct loader *l, const config_setting_t *s, char **out) 
                  * without a word, as libconfig does. */
                 r = get_integer(l, s, &iv);
                 if (r < 0)
-                        return setting_error(l, s, "must be %d..%d (got an integer beyond 64 bits)",
-                                             INT_MIN, INT_MAX);
+                        return setting_error(l, s, "must be %d..%d (got an integer beyond 64 bits)", INT_MIN,
+                                             INT_MAX);
                 if (iv < INT_MIN || iv > INT_MAX)
                         return setting_error(l, s, "must be %d..%d (got %lld)", INT_MIN, INT_MAX, iv);
                 snprintf(buf, sizeof(buf), "%lld", iv);
@@ -746,11 +741,10 @@ static int check_order(struct loader *l, struct relay_config *c, const char *gro
         cfgutil_format_duration(vb, sb, sizeof(sb));
         if (l->key_line[ia] > 0 || l->key_line[ib] <= 0)
                 return cfgutil_errorf(l->err, l->errsz, l->key_file[ia] ? l->key_file[ia] : l->file,
-                                      l->key_line[ia], "%s.%s: must not exceed %s.%s (%s) (got %s)",
-                                      group, a, group, b, sb, sa);
+                                      l->key_line[ia], "%s.%s: must not exceed %s.%s (%s) (got %s)", group, a,
+                                      group, b, sb, sa);
         return cfgutil_errorf(l->err, l->errsz, l->key_file[ib], l->key_line[ib],
-                              "%s.%s: must not be below %s.%s (%s) (got %s)", group, b, group, a, sa,
-                              sb);
+                              "%s.%s: must not be below %s.%s (%s) (got %s)", group, b, group, a, sa, sb);
 }
 
 /* ---- the file ----------------------------------------------------------------------------- */
@@ -795,7 +789,7 @@ static int check_file(const char *path, char *err, size_t errsz) {
 }
 
 int config_load(const char *path, struct relay_config *c, char *err, size_t errsz) {
-        struct loader l = {.err = err, .errsz = errsz};
+        struct loader l = { .err = err, .errsz = errsz };
         _cleanup_free_ char *dir = NULL;
         const config_setting_t *root, *kafka = NULL;
         _cleanup_free_ const char **prop_files = NULL;
@@ -832,14 +826,13 @@ int config_load(const char *path, struct relay_config *c, char *err, size_t errs
         config_set_include_dir(&cfg, l.include_dir);
         if (!config_read_file(&cfg, path)) {
                 if (config_error_type(&cfg) == CONFIG_ERR_FILE_IO) {
-                        cfgutil_errorf(err, errsz, path, 0, "cannot read: %s",
-                                       config_error_text(&cfg));
+                        cfgutil_errorf(err, errsz, path, 0, "cannot read: %s", config_error_text(&cfg));
                         r = -EIO;
                 } else {
                         const char *f = config_error_file(&cfg);
 
-                        cfgutil_errorf(err, errsz, source_path(&l, f), config_error_line(&cfg),
-                                       "%s", config_error_text(&cfg));
+                        cfgutil_errorf(err, errsz, source_path(&l, f), config_error_line(&cfg), "%s",
+                                       config_error_text(&cfg));
                         r = -EINVAL;
                 }
                 goto out;
@@ -966,15 +959,15 @@ static struct kafka_prop *props_copy(const struct relay_config *running, char **
         return props;
 }
 
-int config_keep_restart_only(const struct relay_config *running, struct relay_config *next,
-                             char *changed, size_t changedsz) {
+int config_keep_restart_only(const struct relay_config *running, struct relay_config *next, char *changed,
+                             size_t changedsz) {
         return config_keep_restart_only_with(running, next, changed, changedsz, strdup);
 }
 
 int config_keep_restart_only_with(const struct relay_config *running, struct relay_config *next,
                                   char *changed, size_t changedsz, char *(*dup)(const char *)) {
         /* Every copy first, then the swap: out of memory leaves `next` as it was. */
-        char *copies[ELEMENTSOF(keys)] = {0}, *kafka_file = NULL;
+        char *copies[ELEMENTSOF(keys)] = { 0 }, *kafka_file = NULL;
         struct kafka_prop *props = NULL;
         bool props_differ = !props_equal(running, next);
         int count = 0;
@@ -985,8 +978,8 @@ int config_keep_restart_only_with(const struct relay_config *running, struct rel
                 const struct key *k = &keys[i];
                 const char *from;
 
-                if (!k->restart || (k->kind != KEY_CONNINFO && k->kind != KEY_TABLE &&
-                                    k->kind != KEY_CHANNEL))
+                if (!k->restart ||
+                    (k->kind != KEY_CONNINFO && k->kind != KEY_TABLE && k->kind != KEY_CHANNEL))
                         continue;
                 from = *(char *const *)((const char *)running + k->offset);
                 if (strcmp(from, *(char **)field(next, k)) != 0 && !(copies[i] = dup(from)))

@@ -41,7 +41,7 @@ static void uri_decode(const char *s, size_t n, char *buf, size_t size) {
         for (size_t i = 0; i < n && o + 1 < size; i++) {
                 if (s[i] == '%' && i + 2 < n && isxdigit((unsigned char)s[i + 1]) &&
                     isxdigit((unsigned char)s[i + 2])) {
-                        char hex[3] = {s[i + 1], s[i + 2], 0};
+                        char hex[3] = { s[i + 1], s[i + 2], 0 };
 
                         buf[o++] = (char)strtol(hex, NULL, 16);
                         i += 2;
@@ -127,7 +127,7 @@ static void redact_dbname(const char *v, size_t n, bool quoted, struct cfgutil_s
                 cfgutil_sb_putn(b, v, n);
                 return;
         }
-        ib = (struct cfgutil_sbuf){inner, isz, 0};
+        ib = (struct cfgutil_sbuf){ inner, isz, 0 };
         if (is_uri(plain))
                 redact_uri(plain, &ib, known);
         else
@@ -192,9 +192,8 @@ static void redact_kv(const char *s, struct cfgutil_sbuf *b, int depth, const PQ
         }
 }
 
-static const char *redact(const char *conninfo, char *buf, size_t bufsz,
-                          const PQconninfoOption *known) {
-        struct cfgutil_sbuf b = {buf, bufsz, 0};
+static const char *redact(const char *conninfo, char *buf, size_t bufsz, const PQconninfoOption *known) {
+        struct cfgutil_sbuf b = { buf, bufsz, 0 };
 
         if (bufsz == 0)
                 return buf;
@@ -282,8 +281,7 @@ static const char *connect_time_error(const PQconninfoOption *opts, char *buf, s
                         p++;
         }
         if (nports > 1 && nports != nhosts) {
-                snprintf(buf, size, "%d ports for %d hosts; give one port, or one per host", nports,
-                         nhosts);
+                snprintf(buf, size, "%d ports for %d hosts; give one port, or one per host", nports, nhosts);
                 return buf;
         }
         for (size_t i = 0; i < ELEMENTSOF(int_options); i++) {

@@ -19,8 +19,8 @@ struct cycle {
         struct pg_batch claimed;
         struct batch b;
         struct kafka_delivery *slots; /* librdkafka's opaque per row: its report lands here */
-        usec_t deadline;              /* the whole cycle, finish included */
-        usec_t publish_deadline;      /* producing and awaiting reports */
+        usec_t deadline; /* the whole cycle, finish included */
+        usec_t publish_deadline; /* producing and awaiting reports */
 };
 
 static void cycle_free(struct cycle *c) {
@@ -82,7 +82,8 @@ static int await_reports(struct relay *r, struct cycle *c) {
 
                 if (now >= d)
                         break;
-                kafka_flush(&r->kafka, (int)((d - now) / USEC_PER_MSEC > 100 ? 100 : (d - now) / USEC_PER_MSEC + 1));
+                kafka_flush(&r->kafka,
+                            (int)((d - now) / USEC_PER_MSEC > 100 ? 100 : (d - now) / USEC_PER_MSEC + 1));
                 relay_serve(r);
         }
         if (r->kafka.pending > 0) {
@@ -125,8 +126,8 @@ static int claim(struct relay *r, int limit, bool probe, struct cycle *c, usec_t
         _cleanup_free_ const char **topics = calloc(r->paused_topics.n + 1, sizeof(char *));
         _cleanup_free_ const char **key_topics = calloc(n_keys + 1, sizeof(char *));
         _cleanup_free_ const char **keys = calloc(n_keys + 1, sizeof(char *));
-        struct pg_skip skip = {.topics = topics, .key_topics = key_topics, .keys = keys};
-        struct pg_order order = {1, 0, 2 * limit};
+        struct pg_skip skip = { .topics = topics, .key_topics = key_topics, .keys = keys };
+        struct pg_order order = { 1, 0, 2 * limit };
         int ret;
 
         if (!topics || !key_topics || !keys) {
@@ -143,7 +144,7 @@ static int claim(struct relay *r, int limit, bool probe, struct cycle *c, usec_t
                  * a full batch of our part among the rows the other relays hold. */
                 struct share_filter f = share_next(&r->share, now, r->part_short);
 
-                order = (struct pg_order){f.modulus, f.residue, (int)(r->share.relays + 1) * limit};
+                order = (struct pg_order){ f.modulus, f.residue, (int)(r->share.relays + 1) * limit };
         }
         ret = pg_claim(&r->pg, limit, &skip, &order, &c->claimed, c->deadline, err, errsz);
         /* Our part came back short of a full batch: the next claim helps with the rest. */
@@ -171,7 +172,7 @@ static void apply_pauses(struct relay *r, const struct batch *b, usec_t now) {
                 }
                 if (row->pause_topic && (w = pause_set_add(&r->paused_topics, row->topic, NULL, now))) {
                         char field[300];
-                        const char *fields[] = {field, NULL};
+                        const char *fields[] = { field, NULL };
 
                         snprintf(field, sizeof(field), "OUTBOX_TOPIC=%s", row->topic);
                         log_event(LOG_ERR, LOG_EV_KAFKA_ERROR, fields,
@@ -212,10 +213,10 @@ static int finish(struct relay *r, struct cycle *c, char *err, size_t errsz) {
                 if (row->action == ACT_FINISH)
                         done[n_done++] = row->id;
                 else if (row->action == ACT_FAIL)
-                        fails[n_fails++] = (struct pg_failure){.id = row->id,
-                                                               .attempts_inc = row->attempts_inc,
-                                                               .dead = row->dead,
-                                                               .reason = row->reason};
+                        fails[n_fails++] = (struct pg_failure){ .id = row->id,
+                                                                .attempts_inc = row->attempts_inc,
+                                                                .dead = row->dead,
+                                                                .reason = row->reason };
         }
         /* While stopping, the finish gets the drain timeout plus the grace announced to
          * systemd (EXTEND_TIMEOUT_USEC), not the whole batch deadline. */
@@ -237,7 +238,7 @@ static void account(struct relay *r, const struct batch *b) {
         for (size_t i = 0; i < b->n; i++) {
                 const struct batch_row *row = &b->rows[i];
                 char id[48], reason[400];
-                const char *fields[] = {id, reason, NULL};
+                const char *fields[] = { id, reason, NULL };
 
                 if (!row->dead)
                         continue;
@@ -260,12 +261,12 @@ static void account(struct relay *r, const struct batch *b) {
 }
 
 int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdict) {
-        struct cycle c = {0};
+        struct cycle c = { 0 };
         /* Publishing may use the batch deadline less a reserve for the finish: a batch whose
          * deliveries ran to the deadline must still be able to record them and commit. */
         usec_t timeout = r->cfg->relay.batch_timeout;
         usec_t reserve = timeout / 4 < 5 * USEC_PER_SEC ? timeout / 4 : 5 * USEC_PER_SEC;
-        struct batch_rules rules = {.max_attempts = r->cfg->relay.max_attempts, .probe = probe};
+        struct batch_rules rules = { .max_attempts = r->cfg->relay.max_attempts, .probe = probe };
         int limit = probe && r->cfg->relay.batch_size > PROBE_ROWS ? PROBE_ROWS : r->cfg->relay.batch_size;
         char err[512];
         ssize_t j;
@@ -297,11 +298,11 @@ int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdi
         for (size_t i = 0; i < c.claimed.n; i++) {
                 const struct pg_row *row = &c.claimed.rows[i];
 
-                c.b.rows[i] = (struct batch_row){.id = row->id,
-                                                 .topic = row->topic,
-                                                 .key = row->key,
-                                                 .attempts = row->attempts,
-                                                 .map_error = row->map_error};
+                c.b.rows[i] = (struct batch_row){ .id = row->id,
+                                                  .topic = row->topic,
+                                                  .key = row->key,
+                                                  .attempts = row->attempts,
+                                                  .map_error = row->map_error };
         }
         ret = batch_prepare(&c.b);
         if (ret < 0)

@@ -34,8 +34,8 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) 
                 k->fatal = true;
                 return;
         }
-        snprintf(k->last_error, sizeof(k->last_error), "%s: %s",
-                 rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+        snprintf(k->last_error, sizeof(k->last_error), "%s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err),
+                 reason);
         k->last_error_level = message_client_error_level((rd_kafka_resp_err_t)err);
         k->last_error_new = true;
 }
@@ -64,19 +64,17 @@ void kafka_poll(struct kafka *k, int timeout_ms) {
                 rd_kafka_poll(k->rk, timeout_ms);
 }
 
-rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key,
-                                  size_t key_len, const void *payload, size_t payload_len,
-                                  int64_t timestamp_ms, rd_kafka_headers_t *headers,
-                                  struct kafka_delivery *d) {
+rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key, size_t key_len,
+                                  const void *payload, size_t payload_len, int64_t timestamp_ms,
+                                  rd_kafka_headers_t *headers, struct kafka_delivery *d) {
         rd_kafka_resp_err_t e;
 
         memset(d, 0, sizeof(*d));
         d->partition = RD_KAFKA_PARTITION_UA;
         e = rd_kafka_producev(k->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
                               RD_KAFKA_V_VALUE((void *)payload, payload_len),
-                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                              RD_KAFKA_V_TIMESTAMP(timestamp_ms), RD_KAFKA_V_HEADERS(headers),
-                              RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(timestamp_ms),
+                              RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
                 k->pending++;
         return e;

@@ -72,8 +72,7 @@ static const char *guard_check(enum guard g, const char *v, const struct relay_c
                                                 : "refused: partitioner random breaks per-key order "
                                                   "(default murmur2_random)";
         case GUARD_QUEUING:
-                return strcmp(v, "fifo") == 0 ? NULL
-                                              : "refused: queuing.strategy must be fifo to keep order";
+                return strcmp(v, "fifo") == 0 ? NULL : "refused: queuing.strategy must be fifo to keep order";
         case GUARD_DR_ONLY_ERROR:
                 return strcmp(v, "false") == 0 ? NULL
                                                : "refused: the relay needs a delivery report for "
@@ -99,8 +98,7 @@ static const char *guard_check(enum guard g, const char *v, const struct relay_c
         }
         case GUARD_MAX_IN_FLIGHT:
                 n = strtoll(v, NULL, 10);
-                return n >= 1 && n <= 5 ? NULL
-                                        : "refused: must be 1..5 with the idempotent producer";
+                return n >= 1 && n <= 5 ? NULL : "refused: must be 1..5 with the idempotent producer";
         case GUARD_RETRIES:
                 n = strtoll(v, NULL, 10);
                 return n >= 1 ? NULL : "refused: must be at least 1 with the idempotent producer";
@@ -117,8 +115,8 @@ static const char *group_file(const struct relay_config *c) {
         return c->kafka.file ? c->kafka.file : c->file ? c->file : "(defaults)";
 }
 
-int kafka_guard_conf(const struct relay_config *c, struct kafka_prop *resolve,
-                     const char *const *prop_files, rd_kafka_conf_t **ret, char *err, size_t errsz) {
+int kafka_guard_conf(const struct relay_config *c, struct kafka_prop *resolve, const char *const *prop_files,
+                     rd_kafka_conf_t **ret, char *err, size_t errsz) {
         const char *file = c->file ? c->file : "(defaults)";
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         long long batch_ms = (long long)(c->relay.batch_timeout / USEC_PER_MSEC);
@@ -127,16 +125,16 @@ int kafka_guard_conf(const struct relay_config *c, struct kafka_prop *resolve,
         int r = -EINVAL;
         size_t sz;
         const char *defaults[][2] = {
-                {"enable.idempotence", "true"},
-                {"acks", "all"},
-                {"partitioner", "murmur2_random"},
-                {"linger.ms", "5"},
-                {"compression.codec", "lz4"},
-                {"socket.keepalive.enable", "true"},
+                { "enable.idempotence", "true" },
+                { "acks", "all" },
+                { "partitioner", "murmur2_random" },
+                { "linger.ms", "5" },
+                { "compression.codec", "lz4" },
+                { "socket.keepalive.enable", "true" },
                 /* librdkafka's default (10 s) delays even the report that a broker is gone. */
-                {"reconnect.backoff.max.ms", "1000"},
-                {"message.timeout.ms", mto},
-                {"statistics.interval.ms", "0"},
+                { "reconnect.backoff.max.ms", "1000" },
+                { "message.timeout.ms", mto },
+                { "statistics.interval.ms", "0" },
         };
 
         *ret = NULL;
@@ -149,8 +147,7 @@ int kafka_guard_conf(const struct relay_config *c, struct kafka_prop *resolve,
         for (size_t i = 0; i < ELEMENTSOF(defaults); i++)
                 if (rd_kafka_conf_set(conf, defaults[i][0], defaults[i][1], errstr, sizeof(errstr)) !=
                     RD_KAFKA_CONF_OK) {
-                        cfgutil_errorf(err, errsz, file, 0,
-                                       "kafka: cannot set the relay's default %s=%s: %s",
+                        cfgutil_errorf(err, errsz, file, 0, "kafka: cannot set the relay's default %s=%s: %s",
                                        defaults[i][0], defaults[i][1], errstr);
                         goto fail;
                 }
@@ -170,8 +167,8 @@ int kafka_guard_conf(const struct relay_config *c, struct kafka_prop *resolve,
                                 char *lit = strdup(p->setting);
 
                                 if (!lit) {
-                                        cfgutil_errorf(err, errsz, pfile, p->line,
-                                                       "kafka.%s: out of memory", p->setting);
+                                        cfgutil_errorf(err, errsz, pfile, p->line, "kafka.%s: out of memory",
+                                                       p->setting);
                                         r = -ENOMEM;
                                         goto fail;
                                 }

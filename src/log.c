@@ -25,20 +25,20 @@ static const struct {
         const char *name;
         const char *id;
 } events[_LOG_EV_MAX] = {
-        [LOG_EV_STARTED] = {"started", "889fd886b460483ca313c667e966a6dc"},
-        [LOG_EV_READY] = {"ready", "6c4a6e6ea42e4303abb914f1ce5b08a6"},
-        [LOG_EV_SUMMARY] = {"summary", "7c66e008dd1041989935798ac2044162"},
-        [LOG_EV_BREAKER_OPEN] = {"breaker_open", "f7baf0c754d7480fb56aa125330d1af4"},
-        [LOG_EV_BREAKER_CLOSED] = {"breaker_closed", "21ec1d39ff97402f82fba60c8e540ce3"},
-        [LOG_EV_DB_LOST] = {"database_lost", "a2dbe43c5c364f37b17a517cd913e21e"},
-        [LOG_EV_DB_BACK] = {"database_back", "8c518785fb254eb7ab1ae7a905e4df03"},
-        [LOG_EV_DEAD_LETTER] = {"dead_letter", "ae0e40a5ea4e45998e4671e3aac24f58"},
-        [LOG_EV_RELOAD] = {"reload", "f811116ecf8b489bb50813baaa06eaeb"},
-        [LOG_EV_STOPPING] = {"stopping", "9ac8e23043364ddebd5126910c3cbc0f"},
-        [LOG_EV_STOPPED] = {"stopped", "b5e63d76dc0b4cd9964062cdf642702d"},
-        [LOG_EV_KAFKA_ERROR] = {"kafka_error", "bff283e4b3bd45f5b6a12f31d326bbb0"},
-        [LOG_EV_LEADER] = {"leader", "5e8386100b70467293dd11ae05598cd2"},
-        [LOG_EV_STANDBY] = {"standby", "c0e632ad6fc844df95ea2311430515da"},
+        [LOG_EV_STARTED] = { "started", "889fd886b460483ca313c667e966a6dc" },
+        [LOG_EV_READY] = { "ready", "6c4a6e6ea42e4303abb914f1ce5b08a6" },
+        [LOG_EV_SUMMARY] = { "summary", "7c66e008dd1041989935798ac2044162" },
+        [LOG_EV_BREAKER_OPEN] = { "breaker_open", "f7baf0c754d7480fb56aa125330d1af4" },
+        [LOG_EV_BREAKER_CLOSED] = { "breaker_closed", "21ec1d39ff97402f82fba60c8e540ce3" },
+        [LOG_EV_DB_LOST] = { "database_lost", "a2dbe43c5c364f37b17a517cd913e21e" },
+        [LOG_EV_DB_BACK] = { "database_back", "8c518785fb254eb7ab1ae7a905e4df03" },
+        [LOG_EV_DEAD_LETTER] = { "dead_letter", "ae0e40a5ea4e45998e4671e3aac24f58" },
+        [LOG_EV_RELOAD] = { "reload", "f811116ecf8b489bb50813baaa06eaeb" },
+        [LOG_EV_STOPPING] = { "stopping", "9ac8e23043364ddebd5126910c3cbc0f" },
+        [LOG_EV_STOPPED] = { "stopped", "b5e63d76dc0b4cd9964062cdf642702d" },
+        [LOG_EV_KAFKA_ERROR] = { "kafka_error", "bff283e4b3bd45f5b6a12f31d326bbb0" },
+        [LOG_EV_LEADER] = { "leader", "5e8386100b70467293dd11ae05598cd2" },
+        [LOG_EV_STANDBY] = { "standby", "c0e632ad6fc844df95ea2311430515da" },
 };
 
 const char *log_event_name(enum log_event ev) {
@@ -68,8 +68,8 @@ void log_open(void) {
 #endif
 }
 
-int log_event_fields(char *buf, size_t bufsz, int prio, enum log_event ev,
-                     const char *const *fields, const char *message) {
+int log_event_fields(char *buf, size_t bufsz, int prio, enum log_event ev, const char *const *fields,
+                     const char *message) {
         size_t used = 0;
         int count = 0;
         char fixed[5][600];

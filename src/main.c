@@ -31,11 +31,11 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
         enum { OPT_CHECK = 0x100, OPT_VERSION };
         static const struct option options[] = {
-                {"config", required_argument, NULL, 'c'},
-                {"check-config", no_argument, NULL, OPT_CHECK},
-                {"help", no_argument, NULL, 'h'},
-                {"version", no_argument, NULL, OPT_VERSION},
-                {0},
+                { "config", required_argument, NULL, 'c' },
+                { "check-config", no_argument, NULL, OPT_CHECK },
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, OPT_VERSION },
+                { 0 },
         };
         const char *path = CONFIG_DEFAULT_PATH;
         struct relay_config *cfg = calloc(1, sizeof(*cfg));

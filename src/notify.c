@@ -68,7 +68,6 @@ void notify_watchdog(struct notifier *n, usec_t now) {
 usec_t notify_watchdog_due(const struct notifier *n, usec_t now) {
         if (!n->watchdog_interval)
                 return USEC_INFINITY;
-        return n->watchdog_last + n->watchdog_interval > now
-                       ? n->watchdog_last + n->watchdog_interval - now
-                       : 0;
+        return n->watchdog_last + n->watchdog_interval > now ? n->watchdog_last + n->watchdog_interval - now
+                                                             : 0;
 }

@@ -67,7 +67,7 @@ usec_t pause_set_add(struct pause_set *s, const char *topic, const char *key, us
                         return 0;
                 }
                 e = &s->v[s->n++];
-                *e = (struct pause_entry){.topic = t, .key = k};
+                *e = (struct pause_entry){ .topic = t, .key = k };
         }
         /* An expired entry that fails again stays in the set: its strikes make the next
          * pause longer, so what keeps failing is retried less and less often. */
@@ -101,8 +101,8 @@ bool pause_set_known(const struct pause_set *s, const char *topic, const char *k
         return find(s, topic, key) != NULL;
 }
 
-size_t pause_set_active(const struct pause_set *s, usec_t now, const char **topics,
-                        const char **keys, size_t cap) {
+size_t pause_set_active(const struct pause_set *s, usec_t now, const char **topics, const char **keys,
+                        size_t cap) {
         size_t n = 0;
 
         for (size_t i = 0; i < s->n && n < cap; i++) {

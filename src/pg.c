@@ -229,8 +229,8 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
  * the rows are locked with a plain FOR UPDATE, not SKIP LOCKED: a row locked by something else
  * (a program holding outbox rows) is waited for (statement_timeout bounds it) instead of
  * skipped, which could let a later row of its key go first. */
-#define BUCKET_EXPR                                                                                                    \
-        "((CASE WHEN o.key IS NULL THEN hashint8extended(o.id, 0)"                                                    \
+#define BUCKET_EXPR                                                \
+        "((CASE WHEN o.key IS NULL THEN hashint8extended(o.id, 0)" \
         " ELSE hashtextextended(o.topic || E'\\x1f' || o.key, 0) END) & %d)::int4"
 /* One CASE, so the lock is tried only for rows of our part (the planner may reorder ANDs). */
 static const char order_fmt[] = " AND CASE WHEN " BUCKET_EXPR " %% $%d::int4 = $%d::int4"
@@ -622,7 +622,7 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         }
         if (cfg->relay.ordering == ORDERING_KEY) {
                 /* The lock classes of this table: from its oid, so two tables never share them. */
-                const char *params[1] = {cfg->postgres.table};
+                const char *params[1] = { cfg->postgres.table };
                 PGresult *res;
 
                 r = exec_one(pg,
@@ -643,7 +643,7 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
 
 int pg_join(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         char cls[16];
-        const char *params[1] = {cls};
+        const char *params[1] = { cls };
         PGresult *res;
         int r;
 
@@ -651,8 +651,10 @@ int pg_join(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
                 return not_connected(err, errsz, "member slot");
         snprintf(cls, sizeof(cls), "%d", pg->member_class);
         /* The function scan hands the filter one slot at a time: LIMIT 1 stops at the first lock. */
-        r = exec_one(pg, "SELECT s FROM generate_series(0, 1023) s WHERE pg_try_advisory_lock($1::int4, s) LIMIT 1", 1,
-                     params, 0, deadline, &res, err, errsz, "member slot");
+        r = exec_one(
+                pg,
+                "SELECT s FROM generate_series(0, 1023) s WHERE pg_try_advisory_lock($1::int4, s) LIMIT 1", 1,
+                params, 0, deadline, &res, err, errsz, "member slot");
         if (r < 0)
                 return r;
         if (PQntuples(res) != 1) {
@@ -668,7 +670,7 @@ int pg_join(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
 int pg_members(struct pg *pg, int *slots, size_t cap, size_t *n, bool *own_held, usec_t deadline, char *err,
                size_t errsz) {
         char cls[16], own[16];
-        const char *params[2] = {cls, own};
+        const char *params[2] = { cls, own };
         PGresult *res;
         int r;
 

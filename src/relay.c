@@ -45,9 +45,8 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
         rng_seed(&r->rng, (uint64_t)getpid() ^ wall_usec());
         backoff_init(&r->db_backoff, cfg->retry.base, cfg->retry.cap);
         backoff_init(&r->batch_backoff, cfg->retry.base, cfg->retry.cap);
-        ret = breaker_init(&r->breaker, (unsigned)cfg->breaker.failure_threshold,
-                           cfg->breaker.failure_ratio, (unsigned)cfg->breaker.window,
-                           cfg->breaker.cooldown, cfg->breaker.cooldown_max);
+        ret = breaker_init(&r->breaker, (unsigned)cfg->breaker.failure_threshold, cfg->breaker.failure_ratio,
+                           (unsigned)cfg->breaker.window, cfg->breaker.cooldown, cfg->breaker.cooldown_max);
         if (ret < 0) {
                 pg_done(&r->pg);
                 free_config(cfg);
@@ -88,7 +87,7 @@ void relay_done(struct relay *r) {
 static void relay_reload(struct relay *r) {
         struct relay_config *next = calloc(1, sizeof(*next));
         char err[1024], changed[512], file[300];
-        const char *fields[] = {file, NULL};
+        const char *fields[] = { file, NULL };
         int n;
 
         notify_reloading(&r->notifier);
@@ -98,15 +97,16 @@ static void relay_reload(struct relay *r) {
                 goto out;
         }
         if (config_load(r->cfg->file, next, err, sizeof(err)) < 0) {
-                log_event(LOG_ERR, LOG_EV_RELOAD, fields,
-                          "reload failed, keeping the running settings: %s", err);
+                log_event(LOG_ERR, LOG_EV_RELOAD, fields, "reload failed, keeping the running settings: %s",
+                          err);
                 free(next);
                 goto out;
         }
         n = config_keep_restart_only(r->cfg, next, changed, sizeof(changed));
-        if (n < 0 || breaker_configure(&r->breaker, (unsigned)next->breaker.failure_threshold,
-                                       next->breaker.failure_ratio, (unsigned)next->breaker.window,
-                                       next->breaker.cooldown, next->breaker.cooldown_max) < 0) {
+        if (n < 0 ||
+            breaker_configure(&r->breaker, (unsigned)next->breaker.failure_threshold,
+                              next->breaker.failure_ratio, (unsigned)next->breaker.window,
+                              next->breaker.cooldown, next->breaker.cooldown_max) < 0) {
                 log_error("reload failed: out of memory; keeping the running settings");
                 free_config(next);
                 goto out;
@@ -162,7 +162,7 @@ static void relay_status(struct relay *r, usec_t now) {
                 return;
         if (r->status_at && now > r->status_at)
                 rate = (double)(r->stats.published - r->status_published) * USEC_PER_SEC /
-                       (double)(now - r->status_at);
+                        (double)(now - r->status_at);
         r->status_at = now;
         r->status_published = r->stats.published;
         r->next_status = now + 2 * USEC_PER_SEC;
@@ -178,25 +178,27 @@ static void relay_status(struct relay *r, usec_t now) {
                 return;
         }
         if (r->cfg->relay.ordering == ORDERING_KEY)
-                snprintf(sharing, sizeof(sharing), ", %u relay(s) on the table (buckets %u mod %u), %zu keys in the last batch",
+                snprintf(sharing, sizeof(sharing),
+                         ", %u relay(s) on the table (buckets %u mod %u), %zu keys in the last batch",
                          r->share.relays, r->share.rank, r->share.relays, r->last_keys);
         snprintf(status, sizeof(status),
                  "published %" PRIu64 " (%.0f/s), %s, dead-lettered %" PRIu64 ", %s, %s%s",
                  r->stats.published, rate, lagbuf, r->stats.dead_lettered, db,
-                 r->breaker.state == BREAKER_OPEN        ? "kafka unavailable (breaker open)"
-                 : r->breaker.state == BREAKER_HALF_OPEN ? "kafka probing (breaker half-open)"
-                 : r->state == RELAY_BACKOFF             ? "kafka failing, retrying"
-                                                         : "kafka ok",
+                 r->breaker.state == BREAKER_OPEN                ? "kafka unavailable (breaker open)"
+                         : r->breaker.state == BREAKER_HALF_OPEN ? "kafka probing (breaker half-open)"
+                         : r->state == RELAY_BACKOFF             ? "kafka failing, retrying"
+                                                                 : "kafka ok",
                  sharing);
         notify_status(&r->notifier, status);
         if (now >= r->next_summary) {
                 if (r->stats.published != r->last_summary.published ||
                     r->stats.dead_lettered != r->last_summary.dead_lettered ||
                     r->stats.failed != r->last_summary.failed)
-                        log_event(LOG_INFO, LOG_EV_SUMMARY, NULL, "summary: published %" PRIu64 " (+%" PRIu64 "), dead-lettered %" PRIu64
-                                 ", failed deliveries %" PRIu64 ", batches %" PRIu64 "%s",
-                                 r->stats.published, r->stats.published - r->last_summary.published,
-                                 r->stats.dead_lettered, r->stats.failed, r->stats.batches, sharing);
+                        log_event(LOG_INFO, LOG_EV_SUMMARY, NULL,
+                                  "summary: published %" PRIu64 " (+%" PRIu64 "), dead-lettered %" PRIu64
+                                  ", failed deliveries %" PRIu64 ", batches %" PRIu64 "%s",
+                                  r->stats.published, r->stats.published - r->last_summary.published,
+                                  r->stats.dead_lettered, r->stats.failed, r->stats.batches, sharing);
                 r->last_summary = r->stats;
                 r->next_summary = now + r->cfg->relay.status_interval;
         }
@@ -224,12 +226,15 @@ static void breaker_outcome(struct relay *r, int ret, enum batch_verdict verdict
         ev = breaker_record(&r->breaker, verdict == VERDICT_FAILURE, now, &r->rng);
         switch (ev) {
         case BREAKER_OPENED:
-                log_event(LOG_WARNING, LOG_EV_BREAKER_OPEN, NULL, "circuit breaker opened: Kafka deliveries keep failing; claiming nothing "
-                            "until a probe in %.1fs", (double)(r->breaker.open_until - now) / USEC_PER_SEC);
+                log_event(LOG_WARNING, LOG_EV_BREAKER_OPEN, NULL,
+                          "circuit breaker opened: Kafka deliveries keep failing; claiming nothing "
+                          "until a probe in %.1fs",
+                          (double)(r->breaker.open_until - now) / USEC_PER_SEC);
                 break;
         case BREAKER_REOPENED:
-                log_event(LOG_WARNING, LOG_EV_BREAKER_OPEN, NULL, "circuit breaker probe failed: open again, next probe in %.1fs",
-                            (double)(r->breaker.open_until - now) / USEC_PER_SEC);
+                log_event(LOG_WARNING, LOG_EV_BREAKER_OPEN, NULL,
+                          "circuit breaker probe failed: open again, next probe in %.1fs",
+                          (double)(r->breaker.open_until - now) / USEC_PER_SEC);
                 break;
         case BREAKER_CLOSED_AGAIN:
                 pause_set_clear(&r->probe_keys);
@@ -249,7 +254,8 @@ static void schedule_retry(struct relay *r, struct backoff *bo, usec_t now, cons
         r->retry_at = now + wait;
         /* Full jitter can draw a wait near 0: say it in milliseconds then, never "0.0s". */
         if (wait < USEC_PER_SEC)
-                snprintf(when, sizeof(when), "%llums", (unsigned long long)(wait + USEC_PER_MSEC - 1) / USEC_PER_MSEC);
+                snprintf(when, sizeof(when), "%llums",
+                         (unsigned long long)(wait + USEC_PER_MSEC - 1) / USEC_PER_MSEC);
         else
                 snprintf(when, sizeof(when), "%.1fs", (double)wait / USEC_PER_SEC);
         log_notice("%s, retrying in %s", what, when);
@@ -266,9 +272,9 @@ static void try_connect(struct relay *r, usec_t now) {
                 schedule_retry(r, &r->db_backoff, now_usec(), what);
                 /* A slow start that is still trying: ask systemd for the time it needs. */
                 if (!r->ready_sent)
-                        notify_extend_timeout(&r->notifier, r->retry_at - now_usec() +
-                                                                    r->cfg->postgres.connect_timeout +
-                                                                    5 * USEC_PER_SEC);
+                        notify_extend_timeout(&r->notifier,
+                                              r->retry_at - now_usec() + r->cfg->postgres.connect_timeout +
+                                                      5 * USEC_PER_SEC);
                 return;
         }
         if (r->ready_sent)
@@ -322,9 +328,10 @@ static void look_at_members(struct relay *r, usec_t now) {
         char err[512];
 
         r->next_members = now + USEC_PER_SEC;
-        if (pg_members(&r->pg, slots, ELEMENTSOF(slots), &n, &own,
-                       now + r->cfg->postgres.statement_timeout, err, sizeof(err)) < 0) {
-                log_warning("looking at the relays sharing table '%s' failed: %s", r->cfg->postgres.table, err);
+        if (pg_members(&r->pg, slots, ELEMENTSOF(slots), &n, &own, now + r->cfg->postgres.statement_timeout,
+                       err, sizeof(err)) < 0) {
+                log_warning("looking at the relays sharing table '%s' failed: %s", r->cfg->postgres.table,
+                            err);
                 return;
         }
         if (r->pg.member_slot >= 0 && !own) {
@@ -380,7 +387,7 @@ static void try_lead(struct relay *r, usec_t now) {
 
 /* Sleeps until the database socket is readable or `timeout` passes. */
 static void wait_for_work(struct relay *r, usec_t timeout) {
-        struct pollfd p = {.fd = pg_socket(&r->pg), .events = POLLIN};
+        struct pollfd p = { .fd = pg_socket(&r->pg), .events = POLLIN };
         int n;
 
         if (timeout > LOOP_SLICE)
@@ -516,7 +523,8 @@ int relay_run(struct relay *r) {
                                  * rather than spin. */
                                 if (pg_connected(&r->pg)) {
                                         r->state = RELAY_BACKOFF;
-                                        schedule_retry(r, &r->db_backoff, now, "the batch failed in the database");
+                                        schedule_retry(r, &r->db_backoff, now,
+                                                       "the batch failed in the database");
                                         r->wake = true;
                                 }
                                 continue;

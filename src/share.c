@@ -38,13 +38,13 @@ struct share_filter share_next(struct share *s, usec_t now, bool part_short) {
         /* Alone, our part is everything. */
         if (s->relays <= 1) {
                 s->rescuing = false;
-                return (struct share_filter){1, 0};
+                return (struct share_filter){ 1, 0 };
         }
         if (now >= s->next_rescue || (part_short && !s->rescuing)) {
                 s->next_rescue = now + SHARE_RESCUE_EVERY;
                 s->rescuing = true;
-                return (struct share_filter){1, 0};
+                return (struct share_filter){ 1, 0 };
         }
         s->rescuing = false;
-        return (struct share_filter){s->relays, s->rank};
+        return (struct share_filter){ s->relays, s->rank };
 }

@@ -15,8 +15,8 @@
 #include "support.h"
 
 #define FAST_KAFKA "message_timeout_ms = 2000; reconnect_backoff_max_ms = 500;"
-#define FAST_GROUPS                                                                                \
-        "retry = { base = \"100ms\"; cap = \"500ms\"; };\n"                                        \
+#define FAST_GROUPS                                         \
+        "retry = { base = \"100ms\"; cap = \"500ms\"; };\n" \
         "breaker = { failure_threshold = 2; cooldown = \"1s\"; cooldown_max = \"2s\"; };\n"
 
 /* Static, so the teardown still finds it after a failed test longjmp'd out of its frame. */
@@ -42,8 +42,10 @@ static int teardown(void **state) {
 }
 
 static int64_t pending(PGconn *c, const char *topic) {
-        return ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND published_at IS NULL"
-                            " AND dead_at IS NULL", topic);
+        return ts_pg_int(c,
+                         "SELECT count(*) FROM outbox WHERE topic = '%s' AND published_at IS NULL"
+                         " AND dead_at IS NULL",
+                         topic);
 }
 
 /* Waits until no row of `topic` is pending; false after timeout_ms. */
@@ -66,7 +68,8 @@ static void verify_mock(PGconn *c, const char *const *topics, size_t rows, size_
 
         ts_consume_from(mock.bootstrap, topics, rows - dead_ok, 30000, 1500, &msgs);
         ts_verify(c, topics, &msgs, true, &v);
-        fprintf(stderr, "  verify: expected %zu, consumed %zu, missing %zu, duplicates %zu, order violations %zu\n",
+        fprintf(stderr,
+                "  verify: expected %zu, consumed %zu, missing %zu, duplicates %zu, order violations %zu\n",
                 v.expected, v.consumed, v.missing, v.duplicates, v.order_violations);
         assert_int_equal(v.expected, rows - dead_ok);
         assert_int_equal(v.missing, 0);
@@ -84,7 +87,7 @@ static void verify_mock(PGconn *c, const char *const *topics, size_t rows, size_
 static void probe_not_stalled_by_one_partition(void **state) {
         PGconn *c = ts_pg_connect();
         char *ta = ts_topic("probe-a"), *tb = ts_topic("probe-b");
-        const char *topics[] = {ta, tb, NULL};
+        const char *topics[] = { ta, tb, NULL };
         struct ts_relay relay;
         int64_t t0;
 
@@ -94,11 +97,12 @@ static void probe_not_stalled_by_one_partition(void **state) {
         mock_cmd("topic-create %s 1 1", tb);
         mock_cmd("leader %s 0 1", ta);
         mock_cmd("leader %s 0 2", tb);
-        ts_relay_start_opts(&relay, &(struct ts_relay_opts){
-                                            .bootstrap = mock.bootstrap,
-                                            .relay_group = "poll_interval = \"1s\"; batch_timeout = \"8s\";",
-                                            .kafka_extra = FAST_KAFKA,
-                                            .extra_groups = FAST_GROUPS});
+        ts_relay_start_opts(
+                &relay,
+                &(struct ts_relay_opts){ .bootstrap = mock.bootstrap,
+                                         .relay_group = "poll_interval = \"1s\"; batch_timeout = \"8s\";",
+                                         .kafka_extra = FAST_KAFKA,
+                                         .extra_groups = FAST_GROUPS });
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
         mock_cmd("broker-down 1");
         ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'a', 'ta row'::text)", ta);
@@ -106,8 +110,11 @@ static void probe_not_stalled_by_one_partition(void **state) {
                 ts_relay_dump_log(&relay);
                 fail_msg("the breaker did not open while ta's only broker was down");
         }
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'b' || g, convert_to('tb row ' || g, 'UTF8')"
-                      " FROM generate_series(1, 20) g", tb);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'b' || g, convert_to('tb row ' || "
+                   "g, 'UTF8')"
+                   " FROM generate_series(1, 20) g",
+                   tb);
         mock_cmd("leader %s 0 -1", ta);
         mock_cmd("broker-up 1");
         t0 = ts_now_ms();
@@ -116,7 +123,8 @@ static void probe_not_stalled_by_one_partition(void **state) {
                 fail_msg("the healthy topic's rows stayed pending behind the broken partition (%lld of 20)",
                          (long long)pending(c, tb));
         }
-        fprintf(stderr, "probe: 20 healthy rows out %lld ms after the broker came back, ta still leaderless\n",
+        fprintf(stderr,
+                "probe: 20 healthy rows out %lld ms after the broker came back, ta still leaderless\n",
                 (long long)(ts_now_ms() - t0));
         assert_int_equal(pending(c, ta), 1);
         mock_cmd("leader %s 0 1", ta);
@@ -125,8 +133,11 @@ static void probe_not_stalled_by_one_partition(void **state) {
                 fail_msg("the ta row did not follow once its partition had a leader");
         }
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic IN ('%s', '%s') AND dead_at IS NOT NULL",
-                                   ta, tb), 0);
+        assert_int_equal(
+                ts_pg_int(c,
+                          "SELECT count(*) FROM outbox WHERE topic IN ('%s', '%s') AND dead_at IS NOT NULL",
+                          ta, tb),
+                0);
         verify_mock(c, topics, 21, 0);
         ts_mock_stop(&mock);
         free(ta);
@@ -142,7 +153,7 @@ static void probe_not_stalled_by_one_partition(void **state) {
 static void resend_never_overtakes(void **state) {
         PGconn *c = ts_pg_connect();
         char *t = ts_topic("overtake");
-        const char *topics[] = {t, NULL};
+        const char *topics[] = { t, NULL };
         struct ts_relay relay;
         int64_t first;
         PGresult *res;
@@ -151,25 +162,29 @@ static void resend_never_overtakes(void **state) {
         (void)state;
         ts_pg_install_copy(c);
         ts_mock_start(&mock, t, 1);
-        ts_relay_start_opts(&relay, &(struct ts_relay_opts){
-                                            .bootstrap = mock.bootstrap,
-                                            .relay_group = "poll_interval = \"1s\"; batch_timeout = \"8s\";",
-                                            .kafka_extra = FAST_KAFKA " batch_num_messages = 1; linger_ms = 0;",
-                                            .extra_groups = FAST_GROUPS});
+        ts_relay_start_opts(
+                &relay,
+                &(struct ts_relay_opts){ .bootstrap = mock.bootstrap,
+                                         .relay_group = "poll_interval = \"1s\"; batch_timeout = \"8s\";",
+                                         .kafka_extra = FAST_KAFKA " batch_num_messages = 1; linger_ms = 0;",
+                                         .extra_groups = FAST_GROUPS });
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
         /* A first row, so metadata and the producer id are settled before the fault. */
         ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'warm', 'warm-up'::text)", t);
         assert_true(drained_within(c, t, 20000));
         mock_cmd("errors Produce MSG_SIZE_TOO_LARGE");
-        first = ts_pg_int(c, "WITH i AS (INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k',"
-                             " convert_to('m' || g, 'UTF8') FROM generate_series(1, 6) g RETURNING id)"
-                             " SELECT min(id) FROM i", t);
+        first = ts_pg_int(c,
+                          "WITH i AS (INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k',"
+                          " convert_to('m' || g, 'UTF8') FROM generate_series(1, 6) g RETURNING id)"
+                          " SELECT min(id) FROM i",
+                          t);
         if (!drained_within(c, t, 30000)) {
                 ts_relay_dump_log(&relay);
                 fail_msg("the six rows were not finished");
         }
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
-        snprintf(sql, sizeof(sql), "SELECT id, last_error FROM outbox WHERE topic = '%s' AND dead_at IS NOT NULL", t);
+        snprintf(sql, sizeof(sql),
+                 "SELECT id, last_error FROM outbox WHERE topic = '%s' AND dead_at IS NOT NULL", t);
         res = PQexec(c, sql);
         assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
         for (int i = 0; i < PQntuples(res); i++)
@@ -202,16 +217,20 @@ static void queue_full_serves_watchdog_and_signals(void **state) {
         (void)state;
         ts_mock_start(&mock, t, 1);
         ts_notify_open(&n);
-        ts_relay_start_opts(&relay, &(struct ts_relay_opts){
-                                            .bootstrap = mock.bootstrap,
-                                            .relay_group = "poll_interval = \"1s\";",
-                                            .kafka_extra = "queue_buffering_max_messages = 5; reconnect_backoff_max_ms = 500;",
-                                            .notify_socket = n.path,
-                                            .watchdog_usec = "2000000"});
+        ts_relay_start_opts(
+                &relay,
+                &(struct ts_relay_opts){
+                        .bootstrap = mock.bootstrap,
+                        .relay_group = "poll_interval = \"1s\";",
+                        .kafka_extra = "queue_buffering_max_messages = 5; reconnect_backoff_max_ms = 500;",
+                        .notify_socket = n.path,
+                        .watchdog_usec = "2000000" });
         assert_true(ts_notify_wait(&n, "READY=1", 20000));
         mock_cmd("broker-down -1");
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 10),"
-                      " convert_to('row ' || g, 'UTF8') FROM generate_series(1, 200) g", t);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 10),"
+                   " convert_to('row ' || g, 'UTF8') FROM generate_series(1, 200) g",
+                   t);
         ts_notify_drain(&n, 1500); /* the batch reaches the full queue */
         pings = ts_notify_count(&n, "WATCHDOG=1");
         ts_notify_drain(&n, 6000);
@@ -224,7 +243,8 @@ static void queue_full_serves_watchdog_and_signals(void **state) {
         assert_true(ts_notify_wait(&n, "STOPPING=1", 1500));
         kill(relay.pid, SIGTERM);
         status = ts_relay_stop(&relay, SIGTERM, 10000);
-        fprintf(stderr, "queue full: double SIGTERM -> exit %d after %lld ms\n", status, (long long)(ts_now_ms() - t0));
+        fprintf(stderr, "queue full: double SIGTERM -> exit %d after %lld ms\n", status,
+                (long long)(ts_now_ms() - t0));
         assert_true(ts_now_ms() - t0 < 2500);
         assert_int_equal(status, 1);
         /* Nothing was lost: the rows are all still pending. */
@@ -242,7 +262,7 @@ static void queue_full_serves_watchdog_and_signals(void **state) {
 static void hold_back_is_per_topic(void **state) {
         PGconn *c = ts_pg_connect();
         char *ta = ts_topic("scope-a"), *tb = ts_topic("scope-b");
-        const char *topics[] = {ta, tb, NULL};
+        const char *topics[] = { ta, tb, NULL };
         struct ts_relay relay;
         int64_t t0, held;
 
@@ -254,15 +274,19 @@ static void hold_back_is_per_topic(void **state) {
         mock_cmd("topic-create %s 1 1", tb);
         mock_cmd("leader %s 0 2", tb);
         /* Key pauses last batch_timeout / 2 = 10 s at first. */
-        ts_relay_start_opts(&relay, &(struct ts_relay_opts){
-                                            .bootstrap = mock.bootstrap,
-                                            .relay_group = "poll_interval = \"1s\"; batch_timeout = \"20s\";",
-                                            .kafka_extra = FAST_KAFKA,
-                                            .extra_groups = FAST_GROUPS});
+        ts_relay_start_opts(
+                &relay,
+                &(struct ts_relay_opts){ .bootstrap = mock.bootstrap,
+                                         .relay_group = "poll_interval = \"1s\"; batch_timeout = \"20s\";",
+                                         .kafka_extra = FAST_KAFKA,
+                                         .extra_groups = FAST_GROUPS });
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
         mock_cmd("broker-down 1");
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || g, convert_to('ta ' || g, 'UTF8')"
-                      " FROM generate_series(1, 30) g", ta);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || g, convert_to('ta ' || g, "
+                   "'UTF8')"
+                   " FROM generate_series(1, 30) g",
+                   ta);
         if (!ts_relay_log_wait(&relay, "holding back", 20000)) {
                 ts_relay_dump_log(&relay);
                 fail_msg("no key was held back for the dead partition");
@@ -271,12 +295,16 @@ static void hold_back_is_per_topic(void **state) {
         for (int i = 0; i < 50 && (held = pending(c, ta)) == 30; i++)
                 usleep(100 * 1000);
         assert_true(held > 0 && held < 30);
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || g, convert_to('tb ' || g, 'UTF8')"
-                      " FROM generate_series(1, 30) g", tb);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || g, convert_to('tb ' || g, "
+                   "'UTF8')"
+                   " FROM generate_series(1, 30) g",
+                   tb);
         t0 = ts_now_ms();
         if (!drained_within(c, tb, 5000)) {
                 ts_relay_dump_log(&relay);
-                fail_msg("topic tb's rows of keys held back in ta waited (%lld pending)", (long long)pending(c, tb));
+                fail_msg("topic tb's rows of keys held back in ta waited (%lld pending)",
+                         (long long)pending(c, tb));
         }
         fprintf(stderr, "scope: %lld ta keys held back; tb's 30 rows out in %lld ms\n", (long long)held,
                 (long long)(ts_now_ms() - t0));
@@ -298,7 +326,7 @@ static void hold_back_is_per_topic(void **state) {
 static void impossible_topics_dead_lettered(void **state) {
         PGconn *c = ts_pg_connect();
         char *good = ts_topic("names");
-        const char *topics[] = {good, NULL};
+        const char *topics[] = { good, NULL };
         struct ts_relay relay;
         struct ts_msgs msgs;
         struct ts_verify v;
@@ -307,25 +335,31 @@ static void impossible_topics_dead_lettered(void **state) {
         (void)state;
         ts_pg_install_copy(c);
         ts_pg_exec(c, "DELETE FROM outbox WHERE topic IN ('bad topic!', '') OR length(topic) = 300");
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'k', 'before'),"
-                      " ('bad topic!', 'k', 'x'), ('', 'k', 'y'), (repeat('t', 300), 'k', 'z'), ('%s', 'k', 'after')",
-                      good, good);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'k', 'before'),"
+                   " ('bad topic!', 'k', 'x'), ('', 'k', 'y'), (repeat('t', 300), 'k', 'z'), ('%s', 'k', "
+                   "'after')",
+                   good, good);
         ts_relay_start(&relay, "poll_interval = \"1s\";", NULL);
         if (!ts_wait_drained(c, topics, 30000)) {
                 ts_relay_dump_log(&relay);
                 fail_msg("the good rows did not arrive");
         }
-        for (int i = 0; i < 100 && ts_pg_int(c, "SELECT count(*) FROM outbox WHERE (topic IN ('bad topic!', '')"
-                                               " OR length(topic) = 300) AND dead_at IS NOT NULL") < 3; i++)
+        for (int i = 0; i < 100 &&
+             ts_pg_int(c,
+                       "SELECT count(*) FROM outbox WHERE (topic IN ('bad topic!', '')"
+                       " OR length(topic) = 300) AND dead_at IS NOT NULL") < 3;
+             i++)
                 usleep(100 * 1000);
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
-        res = PQexec(c, "SELECT topic, attempts, last_error FROM outbox WHERE (topic IN ('bad topic!', '')"
-                        " OR length(topic) = 300) ORDER BY id");
+        res = PQexec(c,
+                     "SELECT topic, attempts, last_error FROM outbox WHERE (topic IN ('bad topic!', '')"
+                     " OR length(topic) = 300) ORDER BY id");
         assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
         assert_int_equal(PQntuples(res), 3);
         for (int i = 0; i < 3; i++) {
-                fprintf(stderr, "  dead: '%.20s': attempts %s: %s\n", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
-                        PQgetvalue(res, i, 2));
+                fprintf(stderr, "  dead: '%.20s': attempts %s: %s\n", PQgetvalue(res, i, 0),
+                        PQgetvalue(res, i, 1), PQgetvalue(res, i, 2));
                 assert_non_null(strstr(PQgetvalue(res, i, 2), "can never exist in Kafka"));
                 assert_string_equal(PQgetvalue(res, i, 1), "1");
         }
@@ -333,8 +367,10 @@ static void impossible_topics_dead_lettered(void **state) {
         assert_non_null(strstr(PQgetvalue(res, 1, 2), "must not be empty"));
         assert_non_null(strstr(PQgetvalue(res, 2, 2), "at most 249 characters"));
         PQclear(res);
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE (topic IN ('bad topic!', '')"
-                                      " OR length(topic) = 300) AND dead_at IS NULL"), 0);
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT count(*) FROM outbox WHERE (topic IN ('bad topic!', '')"
+                                   " OR length(topic) = 300) AND dead_at IS NULL"),
+                         0);
         ts_consume(topics, 2, 30000, 1000, &msgs);
         ts_verify(c, topics, &msgs, false, &v);
         assert_int_equal(v.expected, 2);

@@ -319,7 +319,8 @@ static void skip_locked_still_skips(void **state) {
                 _cleanup_free_ char *got = NULL, *want = NULL;
                 char where[128];
 
-                if (pg_claim(&pg, LIMIT, forms[f], NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)) < 0)
+                if (pg_claim(&pg, LIMIT, forms[f], NULL, &b, now_usec() + 5 * USEC_PER_SEC, err,
+                             sizeof(err)) < 0)
                         fail_msg("pg_claim (form %zu): %s", f, err);
                 assert_true(now_usec() - t0 < 3 * USEC_PER_SEC); /* skipped, not waited for */
                 snprintf(where, sizeof(where), "id > %lld", (long long)first + 2);
@@ -369,8 +370,9 @@ static void errors_are_explained(void **state) {
              i < 50 && ts_pg_int(admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = %d", pid); i++)
                 usleep(20 * 1000);
         scribble(err, sizeof(err));
-        assert_int_equal(pg_claim(&pg, LIMIT, &skip, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)),
-                         -ECONNRESET);
+        assert_int_equal(
+                pg_claim(&pg, LIMIT, &skip, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)),
+                -ECONNRESET);
         assert_err(err, "claim");
         /* and every call after it, without a connection */
         scribble(err, sizeof(err));
@@ -403,15 +405,15 @@ static void errors_are_explained(void **state) {
                 assert_int_equal(pg_init(&pg_bad, &bad), 0);
                 assert_int_equal(pg_connect(&pg_bad, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)), 0);
                 scribble(err, sizeof(err));
-                assert_int_equal(
-                        pg_claim(&pg_bad, LIMIT, &skip, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)),
-                        -EIO);
+                assert_int_equal(pg_claim(&pg_bad, LIMIT, &skip, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err,
+                                          sizeof(err)),
+                                 -EIO);
                 assert_err(err, "claim");
                 assert_non_null(strstr(err, "does not exist"));
                 scribble(err, sizeof(err));
-                assert_int_equal(
-                        pg_claim(&pg_bad, LIMIT, NULL, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)),
-                        -EIO);
+                assert_int_equal(pg_claim(&pg_bad, LIMIT, NULL, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err,
+                                          sizeof(err)),
+                                 -EIO);
                 assert_err(err, "claim");
                 pg_done(&pg_bad);
         }

@@ -18,14 +18,16 @@
 #define DEFAULT_BATCH 500
 
 /* Everything committed arrived as written, in key order, and at most `max_duplicates` twice. */
-static void verify_all(PGconn *c, const char *topic, size_t rows, const char *scenario, long long max_duplicates) {
-        const char *topics[] = {topic, NULL};
+static void verify_all(PGconn *c, const char *topic, size_t rows, const char *scenario,
+                       long long max_duplicates) {
+        const char *topics[] = { topic, NULL };
         struct ts_msgs m;
         struct ts_verify v;
 
         ts_consume(topics, rows, 120000, 2000, &m);
         ts_verify(c, topics, &m, false, &v);
-        fprintf(stderr, "%s: %zu committed, %zu consumed, %zu distinct, duplicates %zu (at most %lld), missing %zu\n",
+        fprintf(stderr,
+                "%s: %zu committed, %zu consumed, %zu distinct, duplicates %zu (at most %lld), missing %zu\n",
                 scenario, v.expected, v.consumed, v.consumed - v.duplicates - v.unexpected, v.duplicates,
                 max_duplicates, v.missing);
         assert_int_equal(v.expected, rows);
@@ -46,7 +48,7 @@ static long long min_ll(long long a, long long b) {
 static void kafka_outage(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("fault-kafka");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_load *l;
         struct ts_relay relay;
         struct ts_relay_log_stats st;
@@ -54,11 +56,10 @@ static void kafka_outage(void **state) {
 
         (void)state;
         ts_pg_install_copy(c);
-        ts_relay_start_ex(&relay,
-                       "finish = \"mark\"; poll_interval = \"1s\"; batch_timeout = \"10s\";",
-                       "message_timeout_ms = 3000;",
-                       "breaker = { failure_threshold = 3; cooldown = \"2s\"; cooldown_max = \"5s\"; };\n"
-                       "retry = { base = \"100ms\"; cap = \"1s\"; };\n");
+        ts_relay_start_ex(&relay, "finish = \"mark\"; poll_interval = \"1s\"; batch_timeout = \"10s\";",
+                          "message_timeout_ms = 3000;",
+                          "breaker = { failure_threshold = 3; cooldown = \"2s\"; cooldown_max = \"5s\"; };\n"
+                          "retry = { base = \"100ms\"; cap = \"1s\"; };\n");
         /* Deliveries fail after 3 s instead of the default 5 s so the test sees several. */
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
         l = ts_load_start(topic, ROWS, 500, 200);
@@ -73,16 +74,23 @@ static void kafka_outage(void **state) {
          * flight when the broker went away may have spent one attempt in the batch that saw it
          * go (some rows delivered, some not), never more. */
         {
-                int64_t attempts_open = ts_pg_int(c, "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic = '%s'", topic);
+                int64_t attempts_open = ts_pg_int(
+                        c, "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic = '%s'", topic);
 
                 sleep(25);
-                assert_int_equal(ts_pg_int(c, "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic = '%s'", topic),
+                assert_int_equal(ts_pg_int(c,
+                                           "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic = '%s'",
+                                           topic),
                                  attempts_open);
                 fprintf(stderr, "kafka_outage: attempts spent before the breaker opened: %lld\n",
                         (long long)attempts_open);
         }
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NOT NULL", topic), 0);
-        assert_int_equal(ts_pg_int(c, "SELECT coalesce(max(attempts), 0) FROM outbox WHERE topic = '%s'", topic) <= 1, 1);
+        assert_int_equal(
+                ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NOT NULL", topic),
+                0);
+        assert_int_equal(
+                ts_pg_int(c, "SELECT coalesce(max(attempts), 0) FROM outbox WHERE topic = '%s'", topic) <= 1,
+                1);
         ts_testbed("kafka-start");
         fprintf(stderr, "kafka_outage: broker restarted after %d rows\n", ts_load_written(l));
         assert_int_equal(ts_load_finish(l), ROWS);
@@ -92,13 +100,17 @@ static void kafka_outage(void **state) {
         }
         assert_true(ts_relay_log_wait(&relay, "circuit breaker closed", 5000));
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND"
-                                      " (attempts > 1 OR dead_at IS NOT NULL OR published_at IS NULL)", topic), 0);
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT count(*) FROM outbox WHERE topic = '%s' AND"
+                                   " (attempts > 1 OR dead_at IS NOT NULL OR published_at IS NULL)",
+                                   topic),
+                         0);
         ts_relay_log_stats(&relay, &st);
         attempts = ts_pg_int(c, "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic = '%s'", topic);
-        fprintf(stderr, "kafka_outage: attempts spent %lld (rows failed in batches that delivered others %lld),"
-                        " batches with nothing delivered %d, breaker opened %d, probes failed %d, closed %d,"
-                        " rows that may come twice %lld\n",
+        fprintf(stderr,
+                "kafka_outage: attempts spent %lld (rows failed in batches that delivered others %lld),"
+                " batches with nothing delivered %d, breaker opened %d, probes failed %d, closed %d,"
+                " rows that may come twice %lld\n",
                 (long long)attempts, st.partial_failed_rows, st.failed_batches, st.breaker_opened,
                 st.breaker_reopened, st.breaker_closed, ts_relay_log_resendable(&st));
         /* An attempt is spent only by a row that failed while its partition took others in the
@@ -119,8 +131,10 @@ static void kafka_outage(void **state) {
 
 /* Rows of the topic not yet published (finish = "delete": still in the table, not dead). */
 static int64_t pending(PGconn *c, const char *topic) {
-        return ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'"
-                            " AND published_at IS NULL AND dead_at IS NULL", topic);
+        return ts_pg_int(c,
+                         "SELECT count(*) FROM outbox WHERE topic = '%s'"
+                         " AND published_at IS NULL AND dead_at IS NULL",
+                         topic);
 }
 
 /* PostgreSQL restarted twice (pg_ctl restart -m fast) while the relay works through a backlog:
@@ -128,15 +142,17 @@ static int64_t pending(PGconn *c, const char *topic) {
 static void postgres_restarts(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("fault-pg");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay relay;
         struct ts_relay_log_stats st;
         const int half = ROWS / 2, batch = 200;
 
         (void)state;
         ts_pg_install_copy(c);
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'key-' || (g %% 200),"
-                      " convert_to('event ' || g, 'UTF8') FROM generate_series(1, %d) g", topic, half);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'key-' || (g %% 200),"
+                   " convert_to('event ' || g, 'UTF8') FROM generate_series(1, %d) g",
+                   topic, half);
         ts_relay_start(&relay, "poll_interval = \"1s\"; batch_size = 200;",
                        "retry = { base = \"100ms\"; cap = \"1s\"; };\n");
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
@@ -152,15 +168,18 @@ static void postgres_restarts(void **state) {
                 ts_testbed("pg-restart");
                 c = ts_pg_connect();
                 after = pending(c, topic);
-                fprintf(stderr, "postgres_restarts: restart %d with %lld rows pending (%lld right after it)\n", round,
+                fprintf(stderr,
+                        "postgres_restarts: restart %d with %lld rows pending (%lld right after it)\n", round,
                         (long long)before, (long long)after);
                 assert_true(before > 0);
                 assert_true(after > 0);
                 ts_relay_log_wait_n(&relay, "connected to PostgreSQL again", round, 30000);
                 if (round == 1)
-                        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'key-' || (g %% 200),"
-                                      " convert_to('event ' || g, 'UTF8') FROM generate_series(%d, %d) g",
-                                   topic, half + 1, ROWS);
+                        ts_pg_exec(
+                                c,
+                                "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'key-' || (g %% 200),"
+                                " convert_to('event ' || g, 'UTF8') FROM generate_series(%d, %d) g",
+                                topic, half + 1, ROWS);
         }
         if (!ts_wait_drained(c, topics, 120000)) {
                 ts_relay_dump_log(&relay);
@@ -169,8 +188,10 @@ static void postgres_restarts(void **state) {
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
         assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic), 0);
         ts_relay_log_stats(&relay, &st);
-        fprintf(stderr, "postgres_restarts: connection lost %d times, back %d times, batches rolled back %d"
-                        " (%lld rows)\n", st.db_lost, st.db_back, st.rolled_back_batches, st.rolled_back_rows);
+        fprintf(stderr,
+                "postgres_restarts: connection lost %d times, back %d times, batches rolled back %d"
+                " (%lld rows)\n",
+                st.db_lost, st.db_back, st.rolled_back_batches, st.rolled_back_rows);
         assert_int_equal(st.db_back, 2);
         /* Each restart can cut off at most the one batch in flight, after Kafka took it. */
         verify_all(c, topic, ROWS, "postgres_restarts", min_ll(ts_relay_log_resendable(&st), 2 * batch));
@@ -184,7 +205,7 @@ static void postgres_restarts(void **state) {
 static void refused_topic(void **state) {
         PGconn *c = ts_pg_connect();
         char *good = ts_topic("fault-good"), *denied = ts_topic("fault-denied");
-        const char *good_topics[] = {good, NULL}, *all_topics[] = {good, denied, NULL};
+        const char *good_topics[] = { good, NULL }, *all_topics[] = { good, denied, NULL };
         struct ts_mock m;
         struct ts_relay relay;
         struct ts_relay_log_stats st_paused, st;
@@ -200,15 +221,20 @@ static void refused_topic(void **state) {
         snprintf(cmd, sizeof(cmd), "topic-error %s TOPIC_AUTHORIZATION_FAILED", denied);
         ts_mock_cmd(&m, cmd);
         /* finish = "mark", so the attempts of published rows can still be read at the end. */
-        ts_relay_start_opts(&relay, &(struct ts_relay_opts){
-                .bootstrap = m.bootstrap,
-                .relay_group = "finish = \"mark\"; poll_interval = \"1s\"; batch_size = 2000;",
-                .kafka_extra = "message_timeout_ms = 3000; reconnect_backoff_max_ms = 500;"});
+        ts_relay_start_opts(
+                &relay,
+                &(struct ts_relay_opts){
+                        .bootstrap = m.bootstrap,
+                        .relay_group = "finish = \"mark\"; poll_interval = \"1s\"; batch_size = 2000;",
+                        .kafka_extra = "message_timeout_ms = 3000; reconnect_backoff_max_ms = 500;" });
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
         /* One statement, so one batch holds all of them: every refused row gets its reason. */
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT"
-                      " CASE WHEN g %% 3 = 0 THEN '%s' ELSE '%s' END, 'k' || (g %% 7), convert_to('r-' || g, 'UTF8')"
-                      " FROM generate_series(1, 1500) g", denied, good);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT"
+                   " CASE WHEN g %% 3 = 0 THEN '%s' ELSE '%s' END, 'k' || (g %% 7), convert_to('r-' || g, "
+                   "'UTF8')"
+                   " FROM generate_series(1, 1500) g",
+                   denied, good);
         if (!ts_wait_drained(c, good_topics, 60000)) {
                 ts_relay_dump_log(&relay);
                 fail_msg("the allowed topic did not flow past the refused one");
@@ -217,23 +243,29 @@ static void refused_topic(void **state) {
         assert_true(ts_relay_log_wait(&relay, cmd, 5000));
         /* (librdkafka 2.0.2 reports the mock's refusal as message timeouts of a topic without
          * partitions; the relay sees a topic that takes nothing while others do.) */
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NULL"
-                                      " AND published_at IS NULL AND attempts = 0 AND last_error IS NOT NULL", denied),
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NULL"
+                                   " AND published_at IS NULL AND attempts = 0 AND last_error IS NOT NULL",
+                                   denied),
                          500);
         /* While it is paused, more rows of the allowed topic go out without waiting for the
          * refused ones: no batch has failed rows in it any more. */
         ts_relay_log_stats(&relay, &st_paused);
         for (int round = 0; round < 3; round++)
-                ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 7),"
-                              " convert_to('more%d-' || g, 'UTF8') FROM generate_series(1, 200) g", good, round);
+                ts_pg_exec(c,
+                           "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 7),"
+                           " convert_to('more%d-' || g, 'UTF8') FROM generate_series(1, 200) g",
+                           good, round);
         if (!ts_wait_drained(c, good_topics, 30000)) {
                 ts_relay_dump_log(&relay);
                 fail_msg("the allowed topic did not flow while the refused one was paused");
         }
         ts_relay_log_stats(&relay, &st);
         assert_int_equal(st.partial_batches, st_paused.partial_batches);
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND published_at IS NULL",
-                                   denied), 500);
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT count(*) FROM outbox WHERE topic = '%s' AND published_at IS NULL",
+                                   denied),
+                         500);
         /* The operator fixes the ACL: the rows follow at the next check. */
         snprintf(cmd, sizeof(cmd), "topic-error %s NO_ERROR", denied);
         ts_mock_cmd(&m, cmd);
@@ -245,19 +277,27 @@ static void refused_topic(void **state) {
         ts_relay_log_stats(&relay, &st);
         ts_consume_from(m.bootstrap, all_topics, 2100, 60000, 1500, &msgs);
         ts_verify(c, all_topics, &msgs, false, &v);
-        fprintf(stderr, "refused_topic: %zu committed, %zu consumed, duplicates %zu, missing %zu, attempts spent %lld,"
-                        " batches with nothing delivered %d, breaker opened %d\n",
+        fprintf(stderr,
+                "refused_topic: %zu committed, %zu consumed, duplicates %zu, missing %zu, attempts spent "
+                "%lld,"
+                " batches with nothing delivered %d, breaker opened %d\n",
                 v.expected, v.consumed, v.duplicates, v.missing,
-                (long long)ts_pg_int(c, "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic IN ('%s', '%s')",
-                                     good, denied),
+                (long long)ts_pg_int(
+                        c, "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic IN ('%s', '%s')", good,
+                        denied),
                 st.failed_batches, st.breaker_opened);
         assert_int_equal(v.expected, 2100);
         assert_int_equal(v.missing + v.mismatched + v.unexpected + v.order_violations, 0);
         assert_int_equal(v.duplicates, 0);
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic IN ('%s', '%s') AND dead_at IS NOT NULL",
-                                   good, denied), 0);
-        assert_int_equal(ts_pg_int(c, "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic IN ('%s', '%s')",
-                                   good, denied), 0);
+        assert_int_equal(
+                ts_pg_int(c,
+                          "SELECT count(*) FROM outbox WHERE topic IN ('%s', '%s') AND dead_at IS NOT NULL",
+                          good, denied),
+                0);
+        assert_int_equal(
+                ts_pg_int(c, "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic IN ('%s', '%s')",
+                          good, denied),
+                0);
         ts_msgs_free(&msgs);
         ts_mock_stop(&m);
         ts_pg_exec(c, "DELETE FROM outbox WHERE topic IN ('%s', '%s')", good, denied);
@@ -272,7 +312,7 @@ static void refused_topic(void **state) {
 static void partition_outage(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("fault-partition");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_load *l;
         struct ts_mock m;
         struct ts_relay relay;
@@ -291,17 +331,21 @@ static void partition_outage(void **state) {
                 ts_mock_cmd(&m, cmd);
         }
         /* finish = "mark": published rows stay, so what flowed during the outage can be counted. */
-        ts_relay_start_opts(&relay, &(struct ts_relay_opts){
-                .bootstrap = m.bootstrap,
-                .relay_group = "finish = \"mark\"; poll_interval = \"1s\"; batch_size = 500; batch_timeout = \"6s\";",
-                .kafka_extra = "message_timeout_ms = 2000; reconnect_backoff_max_ms = 500;",
-                .extra_groups = "retry = { base = \"100ms\"; cap = \"1s\"; };"});
+        ts_relay_start_opts(
+                &relay,
+                &(struct ts_relay_opts){ .bootstrap = m.bootstrap,
+                                         .relay_group = "finish = \"mark\"; poll_interval = \"1s\"; "
+                                                        "batch_size = 500; batch_timeout = \"6s\";",
+                                         .kafka_extra =
+                                                 "message_timeout_ms = 2000; reconnect_backoff_max_ms = 500;",
+                                         .extra_groups = "retry = { base = \"100ms\"; cap = \"1s\"; };" });
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
         l = ts_load_start(topic, 6000, 300, 200);
         ts_load_wait(l, 600, 30000);
         ts_mock_cmd(&m, "broker-down 1");
         t_down = ts_now_ms();
-        last_id_at_down = ts_pg_int(c, "SELECT coalesce(max(id), 0) FROM outbox_test_copy WHERE topic = '%s'", topic);
+        last_id_at_down =
+                ts_pg_int(c, "SELECT coalesce(max(id), 0) FROM outbox_test_copy WHERE topic = '%s'", topic);
         /* The relay notices (the partition's messages time out), holds its keys back, and the
          * rows of the two other partitions written after the fault go out while it lasts:
          * about two thirds of them; at least 600 (of 5400 still to come) must. */
@@ -312,15 +356,22 @@ static void partition_outage(void **state) {
         /* Until keys held back once (3 s, batch_timeout / 2) came back, failed again and were
          * held twice as long: the same outage, not the rows' fault. */
         ts_relay_log_wait_n(&relay, "keys for up to 6s", 1, 30000);
-        ts_pg_wait(c, 60000, "SELECT count(*) >= 600 FROM outbox WHERE topic = '%s' AND id > %lld"
-                             " AND published_at IS NOT NULL", topic, (long long)last_id_at_down);
-        flowed = ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND id > %lld"
-                              " AND published_at IS NOT NULL", topic, (long long)last_id_at_down);
-        pending_at_up = ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND published_at IS NULL"
-                                     " AND dead_at IS NULL", topic);
+        ts_pg_wait(c, 60000,
+                   "SELECT count(*) >= 600 FROM outbox WHERE topic = '%s' AND id > %lld"
+                   " AND published_at IS NOT NULL",
+                   topic, (long long)last_id_at_down);
+        flowed = ts_pg_int(c,
+                           "SELECT count(*) FROM outbox WHERE topic = '%s' AND id > %lld"
+                           " AND published_at IS NOT NULL",
+                           topic, (long long)last_id_at_down);
+        pending_at_up = ts_pg_int(c,
+                                  "SELECT count(*) FROM outbox WHERE topic = '%s' AND published_at IS NULL"
+                                  " AND dead_at IS NULL",
+                                  topic);
         ts_mock_cmd(&m, "broker-up 1");
-        fprintf(stderr, "partition_outage: one of 3 partitions down for %lld ms: %lld rows written after it went"
-                        " down were published meanwhile, %lld pending when it came back\n",
+        fprintf(stderr,
+                "partition_outage: one of 3 partitions down for %lld ms: %lld rows written after it went"
+                " down were published meanwhile, %lld pending when it came back\n",
                 (long long)(ts_now_ms() - t_down), (long long)flowed, (long long)pending_at_up);
         /* The dead partition's rows cannot have gone anywhere. */
         assert_true(pending_at_up > 0);
@@ -331,17 +382,23 @@ static void partition_outage(void **state) {
         }
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
         ts_relay_log_stats(&relay, &st);
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NOT NULL", topic), 0);
+        assert_int_equal(
+                ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NOT NULL", topic),
+                0);
         attempts = ts_pg_int(c, "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic = '%s'", topic);
-        max_attempts = ts_pg_int(c, "SELECT coalesce(max(attempts), 0) FROM outbox WHERE topic = '%s'", topic);
+        max_attempts =
+                ts_pg_int(c, "SELECT coalesce(max(attempts), 0) FROM outbox WHERE topic = '%s'", topic);
         ts_consume_from(m.bootstrap, topics, 6000, 60000, 1500, &msgs);
         ts_verify(c, topics, &msgs, false, &v);
-        fprintf(stderr, "partition_outage: %zu committed, %zu consumed, duplicates %zu (rows that may come twice %lld),"
-                        " missing %zu, attempts spent %lld (max %lld; rows failed in batches that delivered"
-                        " others %lld),"
-                        " batches with nothing delivered %d, breaker opened %d\n",
-                v.expected, v.consumed, v.duplicates, ts_relay_log_resendable(&st), v.missing, (long long)attempts,
-                (long long)max_attempts, st.partial_failed_rows, st.failed_batches, st.breaker_opened);
+        fprintf(stderr,
+                "partition_outage: %zu committed, %zu consumed, duplicates %zu (rows that may come twice "
+                "%lld),"
+                " missing %zu, attempts spent %lld (max %lld; rows failed in batches that delivered"
+                " others %lld),"
+                " batches with nothing delivered %d, breaker opened %d\n",
+                v.expected, v.consumed, v.duplicates, ts_relay_log_resendable(&st), v.missing,
+                (long long)attempts, (long long)max_attempts, st.partial_failed_rows, st.failed_batches,
+                st.breaker_opened);
         assert_int_equal(v.expected, 6000);
         assert_int_equal(v.missing + v.mismatched + v.unexpected + v.order_violations, 0);
         /* A held-back key spends no attempt; only a row whose partition took others of the
@@ -364,15 +421,17 @@ static void partition_outage(void **state) {
 static void database_errors_not_kafka(void **state) {
         PGconn *c = ts_pg_connect(), *locker = ts_pg_connect();
         char *topic = ts_topic("fault-dberr");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay relay;
 
         (void)state;
-        ts_relay_start_opts(&relay, &(struct ts_relay_opts){
-                .relay_group = "poll_interval = \"200ms\";",
-                .postgres_extra = "statement_timeout = \"300ms\";",
-                .extra_groups = "breaker = { failure_threshold = 2; cooldown = \"30s\"; };\n"
-                                "retry = { base = \"100ms\"; cap = \"500ms\"; };\n"});
+        ts_relay_start_opts(
+                &relay,
+                &(struct ts_relay_opts){ .relay_group = "poll_interval = \"200ms\";",
+                                         .postgres_extra = "statement_timeout = \"300ms\";",
+                                         .extra_groups =
+                                                 "breaker = { failure_threshold = 2; cooldown = \"30s\"; };\n"
+                                                 "retry = { base = \"100ms\"; cap = \"500ms\"; };\n" });
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
         ts_pg_exec(locker, "BEGIN; LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE");
         assert_true(ts_relay_log_wait(&relay, "canceling statement due to statement timeout", 10000));

@@ -19,7 +19,7 @@
 #define FAST_KAFKA "message_timeout_ms = 3000; reconnect_backoff_max_ms = 500;"
 /* librdkafka's per-MessageSet debug lines in the relay's log show that a fault reached the producer. */
 #define MSG_DEBUG "debug = \"msg\";"
-#define FAST_GROUPS \
+#define FAST_GROUPS                                      \
         "retry = { base = \"100ms\"; cap = \"1s\"; };\n" \
         "breaker = { cooldown = \"1s\"; cooldown_max = \"3s\"; };\n"
 
@@ -83,7 +83,7 @@ struct scenario {
          * time: 0 when every fault is an error answer that holds up nothing (the mock stores
          * nothing it answers with an error). */
         int lost_acks;
-        bool batches_fail;    /* the faults outlast message.timeout.ms: some batches fail */
+        bool batches_fail; /* the faults outlast message.timeout.ms: some batches fail */
 };
 
 /* The relay's default relay.batch_size (etc/outbox-relay.conf); FAST_RELAY keeps it. */
@@ -96,7 +96,7 @@ struct scenario {
 static void mock_scenario(const struct scenario *s) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("mock-fault");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay relay;
         struct ts_relay_log_stats st;
         struct ts_msgs msgs;
@@ -108,11 +108,12 @@ static void mock_scenario(const struct scenario *s) {
         ts_pg_install_copy(c);
         /* One broker; the topic (3 partitions) exists before the relay asks for its metadata. */
         ts_mock_start(&mock, topic, 3);
-        ts_relay_start_opts(&relay, &(struct ts_relay_opts){.bootstrap = mock.bootstrap,
-                                                             .relay_group = FAST_RELAY,
-                                                             .kafka_extra = FAST_KAFKA " " MSG_DEBUG,
-                                                             .extra_groups = FAST_GROUPS,
-                                                             .log_level = "debug"});
+        ts_relay_start_opts(&relay,
+                            &(struct ts_relay_opts){ .bootstrap = mock.bootstrap,
+                                                     .relay_group = FAST_RELAY,
+                                                     .kafka_extra = FAST_KAFKA " " MSG_DEBUG,
+                                                     .extra_groups = FAST_GROUPS,
+                                                     .log_level = "debug" });
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
         load = ts_load_start(topic, s->rows, s->per_second, 100);
         evidence_min = s->inject();
@@ -139,10 +140,10 @@ static void mock_scenario(const struct scenario *s) {
                 " dead-lettered %lld, attempts spent %lld (at most %lld), '%s' %d (want >= %d),"
                 " batches with nothing delivered %d (%lld rows), batches partly delivered %d,"
                 " breaker opened %d, probes failed %d, %lld ms (log %s)\n",
-                s->name, v.expected, v.consumed, v.consumed - v.duplicates - v.unexpected, v.duplicates, dup_max,
-                v.missing, (long long)dead, (long long)attempts, st.partial_failed_rows, s->evidence, evidence,
-                evidence_min, st.failed_batches, st.failed_batch_rows, st.partial_batches, st.breaker_opened,
-                st.breaker_reopened, (long long)(ts_now_ms() - t0), relay.log);
+                s->name, v.expected, v.consumed, v.consumed - v.duplicates - v.unexpected, v.duplicates,
+                dup_max, v.missing, (long long)dead, (long long)attempts, st.partial_failed_rows, s->evidence,
+                evidence, evidence_min, st.failed_batches, st.failed_batch_rows, st.partial_batches,
+                st.breaker_opened, st.breaker_reopened, (long long)(ts_now_ms() - t0), relay.log);
         if (dead != 0 || v.missing || v.mismatched || v.unexpected || v.order_violations)
                 ts_relay_dump_log(&relay);
         assert_true(evidence >= evidence_min);
@@ -187,8 +188,9 @@ static void not_enough_replicas(void **state) {
         (void)state;
         /* librdkafka retries them within message.timeout.ms: no batch fails, nothing is stored
          * twice (an error answer stores nothing). */
-        mock_scenario(&(struct scenario){"not_enough_replicas", 3000, 500, inject_not_enough_replicas,
-                                         "encountered error: Broker: Not enough in-sync replicas", 0, false});
+        mock_scenario(&(struct scenario){ "not_enough_replicas", 3000, 500, inject_not_enough_replicas,
+                                          "encountered error: Broker: Not enough in-sync replicas", 0,
+                                          false });
 }
 
 /* REQUEST_TIMED_OUT answered at once, then twice only after 3 s (= message.timeout.ms). The
@@ -212,8 +214,8 @@ static void request_timeouts(void **state) {
          * behind them on the connection (librdkafka 2.0.2 sends one Produce request per
          * partition): those requests were stored and time out in flight, one batch's worth at
          * most, and that batch fails. */
-        mock_scenario(&(struct scenario){"request_timeouts", 3000, 500, inject_request_timeouts,
-                                         "encountered error: Broker: Request timed out", 1, true});
+        mock_scenario(&(struct scenario){ "request_timeouts", 3000, 500, inject_request_timeouts,
+                                          "encountered error: Broker: Request timed out", 1, true });
 }
 
 /* Every response delayed by 5 s (longer than message.timeout.ms) for 10 s, then none: batches
@@ -230,7 +232,8 @@ static void broker_latency(void **state) {
         (void)state;
         /* Every batch produced during the 10 s (each fails after 3 s; at most 4) was stored and
          * may come again. */
-        mock_scenario(&(struct scenario){"broker_latency", 3000, 500, inject_latency, "nothing delivered", 4, true});
+        mock_scenario(&(struct scenario){ "broker_latency", 3000, 500, inject_latency, "nothing delivered", 4,
+                                          true });
 }
 
 /* The broker goes down while rows are being published and comes back 8 s later. */
@@ -246,7 +249,8 @@ static void broker_down(void **state) {
         (void)state;
         /* A request in flight when the broker went down, and one answered too late when it came
          * back. */
-        mock_scenario(&(struct scenario){"broker_down", 4000, 500, inject_broker_down, "nothing delivered", 2, true});
+        mock_scenario(&(struct scenario){ "broker_down", 4000, 500, inject_broker_down, "nothing delivered",
+                                          2, true });
 }
 
 /* ---- innocent neighbours on the real broker ---- */
@@ -325,7 +329,7 @@ static int largest_refused_set(const struct ts_relay *r) {
 static void neighbours_round(const char *name, const char *kafka_extra, bool shared) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("innocent");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay relay;
         struct ts_msgs msgs;
         struct ts_verify v;
@@ -336,29 +340,42 @@ static void neighbours_round(const char *name, const char *kafka_extra, bool sha
 
         ts_pg_install_copy(c);
         create_topic(topic, 3, "max.message.bytes", "20000");
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload, headers) SELECT '%s', 'k' || (g %% 50),"
-                      " convert_to(rpad('row ' || g || ' ', 100, 'abcdefghij'), 'UTF8'), jsonb_build_object('n', g::text)"
-                      " FROM generate_series(1, 250) g", topic);
-        big = ts_pg_int(c, "SELECT outbox_enqueue('%s', 'k7',"
-                           " (SELECT string_agg(set_byte('\\x00'::bytea, 0, (random() * 255)::int), ''::bytea)"
-                           "  FROM generate_series(1, 60000)), '{\"big\": \"yes\"}')", topic);
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload, headers) SELECT '%s', 'k' || (g %% 50),"
-                      " convert_to(rpad('row ' || g || ' ', 100, 'abcdefghij'), 'UTF8'), jsonb_build_object('n', g::text)"
-                      " FROM generate_series(251, 500) g", topic);
-        assert_int_equal(ts_pg_int(c, "SELECT length(payload) FROM outbox WHERE id = %lld", (long long)big), 60000);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload, headers) SELECT '%s', 'k' || (g %% 50),"
+                   " convert_to(rpad('row ' || g || ' ', 100, 'abcdefghij'), 'UTF8'), "
+                   "jsonb_build_object('n', g::text)"
+                   " FROM generate_series(1, 250) g",
+                   topic);
+        big = ts_pg_int(c,
+                        "SELECT outbox_enqueue('%s', 'k7',"
+                        " (SELECT string_agg(set_byte('\\x00'::bytea, 0, (random() * 255)::int), ''::bytea)"
+                        "  FROM generate_series(1, 60000)), '{\"big\": \"yes\"}')",
+                        topic);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload, headers) SELECT '%s', 'k' || (g %% 50),"
+                   " convert_to(rpad('row ' || g || ' ', 100, 'abcdefghij'), 'UTF8'), "
+                   "jsonb_build_object('n', g::text)"
+                   " FROM generate_series(251, 500) g",
+                   topic);
+        assert_int_equal(ts_pg_int(c, "SELECT length(payload) FROM outbox WHERE id = %lld", (long long)big),
+                         60000);
 
         /* All 501 rows are pending before the relay starts: its first batch holds them all. */
-        ts_relay_start_opts(&relay, &(struct ts_relay_opts){.relay_group = "finish = \"mark\"; poll_interval = \"1s\";",
-                                                             .kafka_extra = kafka_extra,
-                                                             .log_level = "debug"});
+        ts_relay_start_opts(
+                &relay,
+                &(struct ts_relay_opts){ .relay_group = "finish = \"mark\"; poll_interval = \"1s\";",
+                                         .kafka_extra = kafka_extra,
+                                         .log_level = "debug" });
         if (!ts_wait_drained(c, topics, 60000)) {
                 ts_relay_dump_log(&relay);
                 fail_msg("%s: not drained within 60 s", name);
         }
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
 
-        snprintf(sql, sizeof(sql), "SELECT id, last_error, attempts FROM outbox WHERE topic = '%s'"
-                                   " AND dead_at IS NOT NULL ORDER BY id", topic);
+        snprintf(sql, sizeof(sql),
+                 "SELECT id, last_error, attempts FROM outbox WHERE topic = '%s'"
+                 " AND dead_at IS NOT NULL ORDER BY id",
+                 topic);
         res = PQexec(c, sql);
         assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
         for (int i = 0; i < PQntuples(res); i++)
@@ -370,17 +387,20 @@ static void neighbours_round(const char *name, const char *kafka_extra, bool sha
         assert_int_equal(strtoll(PQgetvalue(res, 0, 0), NULL, 10), big);
         assert_non_null(strstr(PQgetvalue(res, 0, 1), "MSG_SIZE_TOO_LARGE"));
         PQclear(res);
-        innocent_attempts = ts_pg_int(c, "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic = '%s'"
-                                         " AND dead_at IS NULL", topic);
+        innocent_attempts = ts_pg_int(c,
+                                      "SELECT coalesce(sum(attempts), 0) FROM outbox WHERE topic = '%s'"
+                                      " AND dead_at IS NULL",
+                                      topic);
         refused_set = largest_refused_set(&relay);
 
         ts_consume(topics, 500, 60000, 1500, &msgs);
         ts_verify(c, topics, &msgs, true, &v);
         fprintf(stderr,
-                "%s: %zu expected, %zu consumed, duplicates %zu, missing %zu, attempts spent by the innocent %lld,"
+                "%s: %zu expected, %zu consumed, duplicates %zu, missing %zu, attempts spent by the innocent "
+                "%lld,"
                 " largest refused MessageSet %d message(s), %lld ms (log %s)\n",
-                name, v.expected, v.consumed, v.duplicates, v.missing, (long long)innocent_attempts, refused_set,
-                (long long)(ts_now_ms() - t0), relay.log);
+                name, v.expected, v.consumed, v.duplicates, v.missing, (long long)innocent_attempts,
+                refused_set, (long long)(ts_now_ms() - t0), relay.log);
         if (v.missing || v.mismatched || v.unexpected || v.order_violations || v.duplicates)
                 ts_relay_dump_log(&relay);
         assert_int_equal(v.expected, 500);

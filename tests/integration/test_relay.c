@@ -40,18 +40,20 @@ static void *writer_main(void *arg) {
                 for (int i = 0; i < n && w->written < w->rows; i++, w->written++) {
                         char key[16], seq[16], len[16];
                         int k = (int)(rand_r(&seed) % (KEYS / WRITERS)) * WRITERS + w->index;
-                        const char *params[4] = {w->topic, key, seq, len};
+                        const char *params[4] = { w->topic, key, seq, len };
 
                         snprintf(key, sizeof(key), "key-%d", k);
                         snprintf(seq, sizeof(seq), "%d", w->written);
                         snprintf(len, sizeof(len), "%d", 20 + (int)(rand_r(&seed) % 300));
                         /* Random binary payload, headers with a non-ASCII value. */
-                        res = PQexecParams(c,
-                                           "SELECT outbox_enqueue($1::text, $2::text,"
-                                           " (SELECT string_agg(set_byte('\\x00'::bytea, 0, (random()*255)::int), ''::bytea)"
-                                           "    FROM generate_series(1, $4::int)),"
-                                           " jsonb_build_object('writer', $2::text, 'seq', $3::text, 'note', 'grüße'))",
-                                           4, NULL, params, NULL, NULL, 0);
+                        res = PQexecParams(
+                                c,
+                                "SELECT outbox_enqueue($1::text, $2::text,"
+                                " (SELECT string_agg(set_byte('\\x00'::bytea, 0, (random()*255)::int), "
+                                "''::bytea)"
+                                "    FROM generate_series(1, $4::int)),"
+                                " jsonb_build_object('writer', $2::text, 'seq', $3::text, 'note', 'grüße'))",
+                                4, NULL, params, NULL, NULL, 0);
                         if (PQresultStatus(res) != PGRES_TUPLES_OK) {
                                 snprintf(w->error, sizeof(w->error), "%s", PQresultErrorMessage(res));
                                 PQclear(res);
@@ -69,7 +71,7 @@ static void *writer_main(void *arg) {
 static void concurrent_load(const char *finish) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("relay-load");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct writer w[WRITERS];
         pthread_t th[WRITERS];
         struct ts_relay relay;
@@ -85,7 +87,7 @@ static void concurrent_load(const char *finish) {
 
         t0 = ts_now_ms();
         for (int i = 0; i < WRITERS; i++) {
-                w[i] = (struct writer){.index = i, .topic = topic, .rows = 5000};
+                w[i] = (struct writer){ .index = i, .topic = topic, .rows = 5000 };
                 pthread_create(&th[i], NULL, writer_main, &w[i]);
         }
         for (int i = 0; i < WRITERS; i++) {
@@ -114,9 +116,12 @@ static void concurrent_load(const char *finish) {
         if (strcmp(finish, "delete") == 0) {
                 assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic), 0);
         } else {
-                assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'"
-                                              " AND published_at IS NOT NULL AND dead_at IS NULL"
-                                              " AND last_error IS NULL", topic), 20000);
+                assert_int_equal(ts_pg_int(c,
+                                           "SELECT count(*) FROM outbox WHERE topic = '%s'"
+                                           " AND published_at IS NOT NULL AND dead_at IS NULL"
+                                           " AND last_error IS NULL",
+                                           topic),
+                                 20000);
         }
         ts_msgs_free(&m);
         free(topic);
@@ -137,7 +142,7 @@ static void load_mark(void **state) {
 static void edge_payloads(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("relay-edge");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay relay;
         struct ts_msgs m;
         struct ts_verify v;
@@ -151,7 +156,9 @@ static void edge_payloads(void **state) {
         ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'bin', '\\x00010000ff00'::bytea, '{\"a\": \"\"}')", topic);
         ts_pg_exec(c, "SELECT outbox_enqueue('%s', NULL, 'no key'::text)", topic);
         ts_pg_exec(c, "SELECT outbox_enqueue('%s', '', ''::bytea)", topic);
-        ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'ключ', '{\"x\": \"ü\"}'::jsonb, '{\"h1\": \"v1\", \"h2\": \"\\u00e9\"}')",
+        ts_pg_exec(c,
+                   "SELECT outbox_enqueue('%s', 'ключ', '{\"x\": \"ü\"}'::jsonb, '{\"h1\": \"v1\", \"h2\": "
+                   "\"\\u00e9\"}')",
                    topic);
         assert_true(ts_wait_drained(c, topics, 20000));
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
@@ -179,7 +186,7 @@ static void edge_payloads(void **state) {
 static void notify_wakeup(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("relay-notify");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay relay;
         struct ts_msgs m;
         int64_t t0, took;
@@ -210,12 +217,14 @@ static void notify_wakeup(void **state) {
          * on its 1 s timer), so what follows measures the poll alone. */
         ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'k', 'warm-up again'::text)", topic);
         assert_true(ts_wait_drained(c, topics, 20000));
-        ts_pg_exec(c, "BEGIN; SET LOCAL session_replication_role = replica;"
-                      " INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'k', 'polled');"
-                      " INSERT INTO outbox_test_copy (id, topic, key, payload, headers, created_at)"
-                      " SELECT id, topic, key, payload, headers, created_at FROM outbox"
-                      " WHERE topic = '%s' AND payload = 'polled';"
-                      " COMMIT", topic, topic);
+        ts_pg_exec(c,
+                   "BEGIN; SET LOCAL session_replication_role = replica;"
+                   " INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'k', 'polled');"
+                   " INSERT INTO outbox_test_copy (id, topic, key, payload, headers, created_at)"
+                   " SELECT id, topic, key, payload, headers, created_at FROM outbox"
+                   " WHERE topic = '%s' AND payload = 'polled';"
+                   " COMMIT",
+                   topic, topic);
         t0 = ts_now_ms();
         assert_true(ts_wait_drained(c, topics, 20000));
         took = ts_now_ms() - t0;
@@ -240,7 +249,7 @@ static void notify_wakeup(void **state) {
 static void oversize_dead_letter(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("relay-oversize");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay relay;
         struct ts_msgs m;
         struct ts_verify v;
@@ -249,11 +258,19 @@ static void oversize_dead_letter(void **state) {
 
         (void)state;
         ts_pg_install_copy(c);
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 10), convert_to('before ' || g, 'UTF8')"
-                      " FROM generate_series(1, 500) g", topic);
-        big = ts_pg_int(c, "SELECT outbox_enqueue('%s', 'k3', convert_to(repeat('x', 2 * 1024 * 1024), 'UTF8'))", topic);
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 10), convert_to('after ' || g, 'UTF8')"
-                      " FROM generate_series(1, 500) g", topic);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 10), "
+                   "convert_to('before ' || g, 'UTF8')"
+                   " FROM generate_series(1, 500) g",
+                   topic);
+        big = ts_pg_int(c,
+                        "SELECT outbox_enqueue('%s', 'k3', convert_to(repeat('x', 2 * 1024 * 1024), 'UTF8'))",
+                        topic);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 10), "
+                   "convert_to('after ' || g, 'UTF8')"
+                   " FROM generate_series(1, 500) g",
+                   topic);
         ts_relay_start(&relay, "poll_interval = \"1s\";", NULL);
         assert_true(ts_wait_drained(c, topics, 30000));
         assert_true(ts_relay_log_wait(&relay, "dead-lettered", 5000));
@@ -283,38 +300,52 @@ static void oversize_dead_letter(void **state) {
 static void bad_headers_dead_letter(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("relay-badhdr");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay relay;
         struct ts_msgs m;
         PGresult *res;
 
         (void)state;
         ts_pg_install_copy(c);
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload, headers) VALUES"
-                      " ('%s', 'a', 'ok1', '{\"h\": \"v\"}'),"
-                      " ('%s', 'a', 'bad1', '{\"n\": 1}'),"
-                      " ('%s', 'b', 'bad2', '[\"x\"]'),"
-                      " ('%s', 'b', 'bad3', '{\"outbox-id\": \"1\"}'),"
-                      " ('%s', 'a', 'ok2', 'null'),"
-                      " ('%s', 'c', 'bad4', '{\"ok\": \"v\", \"arr\": [\"x\"]}'),"
-                      " ('%s', 'c', 'bad5', '{\"z\": null}')", topic, topic, topic, topic, topic, topic, topic);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload, headers) VALUES"
+                   " ('%s', 'a', 'ok1', '{\"h\": \"v\"}'),"
+                   " ('%s', 'a', 'bad1', '{\"n\": 1}'),"
+                   " ('%s', 'b', 'bad2', '[\"x\"]'),"
+                   " ('%s', 'b', 'bad3', '{\"outbox-id\": \"1\"}'),"
+                   " ('%s', 'a', 'ok2', 'null'),"
+                   " ('%s', 'c', 'bad4', '{\"ok\": \"v\", \"arr\": [\"x\"]}'),"
+                   " ('%s', 'c', 'bad5', '{\"z\": null}')",
+                   topic, topic, topic, topic, topic, topic, topic);
         ts_relay_start(&relay, "poll_interval = \"1s\";", NULL);
         assert_true(ts_wait_drained(c, topics, 20000));
         /* Repaired and requeued, a dead letter is published like any row. */
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox_dead_letters WHERE topic = '%s'", topic), 5);
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND payload = 'bad1'"
-                                      " AND last_error = 'header ''n'' must have a string value (got number)'", topic), 1);
-        ts_pg_exec(c, "UPDATE outbox SET headers = '{\"n\": \"1\"}' WHERE topic = '%s' AND payload = 'bad1'", topic);
-        assert_int_equal(ts_pg_int(c, "SELECT outbox_requeue(ARRAY(SELECT id FROM outbox WHERE topic = '%s'"
-                                      " AND payload = 'bad1'))", topic), 1);
+        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox_dead_letters WHERE topic = '%s'", topic),
+                         5);
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT count(*) FROM outbox WHERE topic = '%s' AND payload = 'bad1'"
+                                   " AND last_error = 'header ''n'' must have a string value (got number)'",
+                                   topic),
+                         1);
+        ts_pg_exec(c, "UPDATE outbox SET headers = '{\"n\": \"1\"}' WHERE topic = '%s' AND payload = 'bad1'",
+                   topic);
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT outbox_requeue(ARRAY(SELECT id FROM outbox WHERE topic = '%s'"
+                                   " AND payload = 'bad1'))",
+                                   topic),
+                         1);
         assert_true(ts_wait_drained(c, topics, 20000));
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND payload = 'bad1'", topic), 0);
+        assert_int_equal(
+                ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND payload = 'bad1'", topic),
+                0);
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
         {
                 char sql[256];
 
-                snprintf(sql, sizeof(sql), "SELECT encode(payload, 'escape'), last_error FROM outbox"
-                         " WHERE dead_at IS NOT NULL AND topic = '%s' ORDER BY id DESC", topic);
+                snprintf(sql, sizeof(sql),
+                         "SELECT encode(payload, 'escape'), last_error FROM outbox"
+                         " WHERE dead_at IS NOT NULL AND topic = '%s' ORDER BY id DESC",
+                         topic);
                 res = PQexec(c, sql);
         }
         assert_int_equal(PQntuples(res), 4);
@@ -343,18 +374,25 @@ static void bad_headers_dead_letter(void **state) {
 static void mark_retention(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("relay-retention");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay relay;
 
         (void)state;
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 10), 'x'"
-                      " FROM generate_series(1, 3000) g", topic);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 10), 'x'"
+                   " FROM generate_series(1, 3000) g",
+                   topic);
         ts_relay_start(&relay, "finish = \"mark\"; retention = \"1m\"; poll_interval = \"500ms\";", NULL);
         assert_true(ts_wait_drained(c, topics, 30000));
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND published_at IS NOT NULL", topic), 3000);
+        assert_int_equal(
+                ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND published_at IS NOT NULL",
+                          topic),
+                3000);
         /* Age 2500 of them past the retention. */
-        ts_pg_exec(c, "UPDATE outbox SET published_at = now() - interval '2 minutes'"
-                      " WHERE id IN (SELECT id FROM outbox WHERE topic = '%s' ORDER BY id LIMIT 2500)", topic);
+        ts_pg_exec(c,
+                   "UPDATE outbox SET published_at = now() - interval '2 minutes'"
+                   " WHERE id IN (SELECT id FROM outbox WHERE topic = '%s' ORDER BY id LIMIT 2500)",
+                   topic);
         ts_pg_wait(c, 30000, "SELECT count(*) <= 500 FROM outbox WHERE topic = '%s'", topic);
         assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic), 500);
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);

@@ -32,7 +32,8 @@ static void *writer_main(void *arg) {
                 PGresult *res;
 
                 snprintf(sql, sizeof(sql),
-                         "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'key-' || ((g * 4 + %d) %% 200),"
+                         "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'key-' || ((g * 4 + %d) %% "
+                         "200),"
                          " convert_to('w%d-' || (%d + g), 'UTF8') FROM generate_series(0, 24) g",
                          w->topic, w->index, w->index, w->written);
                 res = PQexec(c, sql);
@@ -55,7 +56,7 @@ static void *writer_main(void *arg) {
 static void leader_takeover(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("scale-key");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct writer w[4];
         pthread_t th[4];
         struct ts_relay a, b, *leader, *standby;
@@ -72,11 +73,12 @@ static void leader_takeover(void **state) {
         leader = &a;
         standby = &b;
         for (int i = 0; i < 4; i++) {
-                w[i] = (struct writer){.topic = topic, .index = i, .rows = ROWS / 4};
+                w[i] = (struct writer){ .topic = topic, .index = i, .rows = ROWS / 4 };
                 pthread_create(&th[i], NULL, writer_main, &w[i]);
         }
         /* The writers commit about 4 × 25 rows every 5 ms; a third of the load within a minute. */
-        ts_pg_wait(c, 60000, "SELECT count(*) >= %d FROM outbox_test_copy WHERE topic = '%s'", ROWS / 3, topic);
+        ts_pg_wait(c, 60000, "SELECT count(*) >= %d FROM outbox_test_copy WHERE topic = '%s'", ROWS / 3,
+                   topic);
         assert_int_equal(ts_relay_stop(leader, SIGKILL, 5000), 128 + SIGKILL);
         if (!ts_relay_log_wait(standby, "publishing table", 10000)) {
                 ts_relay_dump_log(standby);
@@ -94,7 +96,9 @@ static void leader_takeover(void **state) {
         assert_int_equal(ts_relay_stop(&a, SIGTERM, 30000), 0);
         ts_consume(topics, ROWS, 120000, 2000, &m);
         ts_verify(c, topics, &m, false, &v);
-        fprintf(stderr, "leader_takeover: %zu committed, %zu consumed, duplicates %zu, missing %zu, order violations %zu\n",
+        fprintf(stderr,
+                "leader_takeover: %zu committed, %zu consumed, duplicates %zu, missing %zu, order violations "
+                "%zu\n",
                 v.expected, v.consumed, v.duplicates, v.missing, v.order_violations);
         assert_int_equal(v.expected, ROWS);
         assert_int_equal(v.missing, 0);
@@ -114,7 +118,7 @@ static void leader_takeover(void **state) {
 static void ordering_none_shares(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("scale-none");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay a, b;
         struct ts_relay_log_stats sa, sb;
         struct ts_msgs m;
@@ -128,8 +132,10 @@ static void ordering_none_shares(void **state) {
         ts_relay_start(&b, group, NULL);
         assert_true(ts_relay_log_wait(&a, "ready", 20000));
         assert_true(ts_relay_log_wait(&b, "ready", 20000));
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'key-' || (g %% 100),"
-                      " convert_to('n' || g, 'UTF8') FROM generate_series(1, %d) g", topic, ROWS);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'key-' || (g %% 100),"
+                   " convert_to('n' || g, 'UTF8') FROM generate_series(1, %d) g",
+                   topic, ROWS);
         assert_true(ts_wait_drained(c, topics, 120000));
         assert_int_equal(ts_relay_stop(&a, SIGTERM, 30000), 0);
         assert_int_equal(ts_relay_stop(&b, SIGTERM, 30000), 0);
@@ -137,9 +143,12 @@ static void ordering_none_shares(void **state) {
         ts_relay_log_stats(&b, &sb);
         ts_consume(topics, ROWS, 120000, 2000, &m);
         ts_verify(c, topics, &m, false, &v);
-        fprintf(stderr, "ordering_none: %zu committed, %zu consumed, duplicates %zu, missing %zu, order violations %zu;"
-                        " relay A published %lld, relay B %lld\n",
-                v.expected, v.consumed, v.duplicates, v.missing, v.order_violations, sa.published, sb.published);
+        fprintf(stderr,
+                "ordering_none: %zu committed, %zu consumed, duplicates %zu, missing %zu, order violations "
+                "%zu;"
+                " relay A published %lld, relay B %lld\n",
+                v.expected, v.consumed, v.duplicates, v.missing, v.order_violations, sa.published,
+                sb.published);
         assert_int_equal(v.expected, ROWS);
         assert_int_equal(v.missing + v.duplicates + v.mismatched + v.unexpected, 0);
         /* Both worked, and between them published each row once (a clean stop, no fault). */

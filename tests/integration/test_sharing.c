@@ -20,7 +20,8 @@
 
 /* Short deadlines so takeovers happen within seconds: a relay frozen in a batch loses its
  * transaction (and its bucket locks) after idle_in_transaction_session_timeout = 2 × batch_timeout. */
-#define RELAY_GROUP "poll_interval = \"1s\"; batch_timeout = \"5s\"; drain_timeout = \"10s\"; status_interval = \"2s\";"
+#define RELAY_GROUP \
+        "poll_interval = \"1s\"; batch_timeout = \"5s\"; drain_timeout = \"10s\"; status_interval = \"2s\";"
 #define KAFKA_EXTRA "message_timeout_ms = 2000; reconnect_backoff_max_ms = 500;"
 #define GROUPS "retry = { base = \"100ms\"; cap = \"1s\"; };\n"
 #define TAKEOVER_S 10 /* 2 × batch_timeout */
@@ -81,7 +82,8 @@ static void *write_rows(void *arg) {
                         usleep(200 * 1000);
                         c = PQconnectdb(ts_conninfo());
                         if (ts_now_ms() - t0 > 300000) {
-                                snprintf(w->error, sizeof(w->error), "insert keeps failing: %s", PQerrorMessage(c));
+                                snprintf(w->error, sizeof(w->error), "insert keeps failing: %s",
+                                         PQerrorMessage(c));
                                 break;
                         }
                         continue;
@@ -96,8 +98,10 @@ static void *write_rows(void *arg) {
 
 static void writers_start(struct writer *w, int n, const char *topic, int rows, int per_second, int keys) {
         for (int i = 0; i < n; i++) {
-                w[i] = (struct writer){.topic = topic, .rows = rows / n, .per_second = per_second / n,
-                                       .keys = keys / n > 0 ? keys / n : 1};
+                w[i] = (struct writer){ .topic = topic,
+                                        .rows = rows / n,
+                                        .per_second = per_second / n,
+                                        .keys = keys / n > 0 ? keys / n : 1 };
                 snprintf(w[i].prefix, sizeof(w[i].prefix), "w%d", i);
                 if (pthread_create(&w[i].thread, NULL, write_rows, &w[i]) != 0)
                         fail_msg("cannot start a writer");
@@ -118,7 +122,8 @@ static void writers_wait(const struct writer *w, int n, int rows) {
         while (writers_written(w, n) < rows && ts_now_ms() < until)
                 usleep(20000);
         if (writers_written(w, n) < rows)
-                fail_msg("the writers wrote %d rows within 120 s, waiting for %d", writers_written(w, n), rows);
+                fail_msg("the writers wrote %d rows within 120 s, waiting for %d", writers_written(w, n),
+                         rows);
 }
 
 static int writers_finish(struct writer *w, int n) {
@@ -136,11 +141,12 @@ static int writers_finish(struct writer *w, int n) {
 /* ---- relays ---- */
 
 static void relay_start(struct ts_relay *r, const char *conninfo, const char *bootstrap) {
-        ts_relay_start_opts(r, &(struct ts_relay_opts){.relay_group = RELAY_GROUP,
-                                                       .kafka_extra = KAFKA_EXTRA,
-                                                       .extra_groups = GROUPS,
-                                                       .conninfo = conninfo,
-                                                       .bootstrap = bootstrap});
+        ts_relay_start_opts(r,
+                            &(struct ts_relay_opts){ .relay_group = RELAY_GROUP,
+                                                     .kafka_extra = KAFKA_EXTRA,
+                                                     .extra_groups = GROUPS,
+                                                     .conninfo = conninfo,
+                                                     .bootstrap = bootstrap });
         if (!ts_relay_log_wait(r, "ready", 30000)) {
                 ts_relay_dump_log(r);
                 fail_msg("a relay did not become ready");
@@ -172,8 +178,8 @@ static bool log_has(const struct ts_relay *r, const char *needle) {
 static char *proxied_conninfo(void) {
         char *s;
 
-        if (asprintf(&s, "host=127.0.0.1 port=%d dbname=%s user=%s", ts_proxy_port(proxy), ts_env("PGDATABASE"),
-                     ts_env("PGUSER")) < 0)
+        if (asprintf(&s, "host=127.0.0.1 port=%d dbname=%s user=%s", ts_proxy_port(proxy),
+                     ts_env("PGDATABASE"), ts_env("PGUSER")) < 0)
                 fail_msg("out of memory");
         return s;
 }
@@ -182,7 +188,7 @@ static char *proxied_conninfo(void) {
  * left pending; duplicates at most `max_dup`. Returns the duplicates. */
 static size_t verify(PGconn *c, const char *topic, const char *bootstrap, size_t rows, size_t max_dup,
                      const char *what) {
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_msgs msgs;
         struct ts_verify v;
 
@@ -193,10 +199,13 @@ static size_t verify(PGconn *c, const char *topic, const char *bootstrap, size_t
         else
                 ts_consume(topics, rows, 60000, 2000, &msgs);
         ts_verify(c, topics, &msgs, false, &v);
-        fprintf(stderr, "%s: committed %zu, consumed %zu, lost %zu, order violations %zu, duplicates %zu,"
-                        " mismatched %zu, unexpected %zu, pending %lld\n",
-                what, v.expected, v.consumed, v.missing, v.order_violations, v.duplicates, v.mismatched, v.unexpected,
-                (long long)ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NULL", topic));
+        fprintf(stderr,
+                "%s: committed %zu, consumed %zu, lost %zu, order violations %zu, duplicates %zu,"
+                " mismatched %zu, unexpected %zu, pending %lld\n",
+                what, v.expected, v.consumed, v.missing, v.order_violations, v.duplicates, v.mismatched,
+                v.unexpected,
+                (long long)ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NULL",
+                                     topic));
         assert_int_equal(v.expected, rows);
         assert_int_equal(v.missing, 0);
         assert_int_equal(v.mismatched, 0);
@@ -273,7 +282,8 @@ static void frozen_with_messages_in_flight(void **state) {
         dup = verify(c, topic, mock.bootstrap, 4000, 4000, "share-frozen");
         assert_int_equal(ts_relay_stop(&a, SIGTERM, 30000), 0);
         assert_int_equal(ts_relay_stop(&b, SIGTERM, 30000), 0);
-        fprintf(stderr, "share-frozen: %zu duplicates from the frozen relay's late sends and the takeover\n", dup);
+        fprintf(stderr, "share-frozen: %zu duplicates from the frozen relay's late sends and the takeover\n",
+                dup);
         ts_mock_stop(&mock);
         free(topic);
         PQfinish(c);
@@ -378,14 +388,16 @@ static void chaos(int keys) {
         relay_start(&r[1], NULL, NULL);
 
         writers_wait(w, 4, 10000);
-        fprintf(stderr, "%s: SIGSTOP relay 0 at %d rows, for %d s\n", name, writers_written(w, 4), TAKEOVER_S + 3);
+        fprintf(stderr, "%s: SIGSTOP relay 0 at %d rows, for %d s\n", name, writers_written(w, 4),
+                TAKEOVER_S + 3);
         kill(r[0].pid, SIGSTOP);
         sleep(TAKEOVER_S + 3);
         kill(r[0].pid, SIGCONT);
         fprintf(stderr, "%s: SIGCONT relay 0 at %d rows\n", name, writers_written(w, 4));
 
         writers_wait(w, 4, 22000);
-        fprintf(stderr, "%s: cut relay 2's database link at %d rows, for 10 s\n", name, writers_written(w, 4));
+        fprintf(stderr, "%s: cut relay 2's database link at %d rows, for 10 s\n", name,
+                writers_written(w, 4));
         ts_proxy_cut(proxy);
         sleep(10);
         ts_proxy_restore(proxy);

@@ -27,8 +27,10 @@ static void notify_protocol(void **state) {
         /* No database: no READY, but the relay keeps trying (and says so). */
         ts_notify_open(&n);
         snprintf(bad, sizeof(bad), "host=127.0.0.1 port=1 dbname=outbox user=postgres connect_timeout=2");
-        ts_relay_start_opts(&relay, &(struct ts_relay_opts){.conninfo = bad, .notify_socket = n.path,
-                                                            .relay_group = "poll_interval = \"1s\";"});
+        ts_relay_start_opts(&relay,
+                            &(struct ts_relay_opts){ .conninfo = bad,
+                                                     .notify_socket = n.path,
+                                                     .relay_group = "poll_interval = \"1s\";" });
         assert_false(ts_notify_wait(&n, "READY=1", 3000));
         assert_true(ts_relay_log_wait(&relay, "cannot connect to PostgreSQL", 1000));
         assert_true(ts_notify_count(&n, "EXTEND_TIMEOUT_USEC=") >= 1);
@@ -38,8 +40,10 @@ static void notify_protocol(void **state) {
 
         /* With the database: READY, then the watchdog every second for WATCHDOG_USEC=2s. */
         ts_notify_open(&n);
-        ts_relay_start_opts(&relay, &(struct ts_relay_opts){.notify_socket = n.path, .watchdog_usec = "2000000",
-                                                            .relay_group = "poll_interval = \"1s\";"});
+        ts_relay_start_opts(&relay,
+                            &(struct ts_relay_opts){ .notify_socket = n.path,
+                                                     .watchdog_usec = "2000000",
+                                                     .relay_group = "poll_interval = \"1s\";" });
         t0 = ts_now_ms();
         assert_true(ts_notify_wait(&n, "READY=1", 20000));
         assert_true(ts_relay_log_wait(&relay, "connected to PostgreSQL", 1000));
@@ -82,22 +86,31 @@ static void status_shows_breaker(void **state) {
         (void)state;
         ts_mock_start(&m, topic, 3);
         ts_notify_open(&n);
-        ts_relay_start_opts(&relay, &(struct ts_relay_opts){
-                .notify_socket = n.path, .bootstrap = m.bootstrap,
-                .relay_group = "poll_interval = \"1s\"; batch_timeout = \"8s\";",
-                .kafka_extra = "message_timeout_ms = 1500; reconnect_backoff_max_ms = 500;",
-                .extra_groups = "breaker = { failure_threshold = 2; cooldown = \"30s\"; };\n"
-                                "retry = { base = \"50ms\"; cap = \"200ms\"; };"});
+        ts_relay_start_opts(
+                &relay,
+                &(struct ts_relay_opts){
+                        .notify_socket = n.path,
+                        .bootstrap = m.bootstrap,
+                        .relay_group = "poll_interval = \"1s\"; batch_timeout = \"8s\";",
+                        .kafka_extra = "message_timeout_ms = 1500; reconnect_backoff_max_ms = 500;",
+                        .extra_groups = "breaker = { failure_threshold = 2; cooldown = \"30s\"; };\n"
+                                        "retry = { base = \"50ms\"; cap = \"200ms\"; };" });
         assert_true(ts_notify_wait(&n, "READY=1", 20000));
         ts_mock_cmd(&m, "broker-down -1");
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || g, 'x' FROM generate_series(1, 10) g",
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || g, 'x' FROM "
+                   "generate_series(1, 10) g",
                    topic);
         assert_true(ts_relay_log_wait(&relay, "circuit breaker opened", 30000));
         ts_notify_drain(&n, 2500);
         assert_non_null(strstr(n.log, "breaker open"));
         fprintf(stderr, "status: %s\n", strstr(n.log, "STATUS=published"));
         /* No row spent an attempt or was dead-lettered while Kafka was away. */
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND (attempts > 0 OR dead_at IS NOT NULL)", topic), 0);
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT count(*) FROM outbox WHERE topic = '%s' AND (attempts > 0 OR "
+                                   "dead_at IS NOT NULL)",
+                                   topic),
+                         0);
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
         ts_mock_stop(&m);
         ts_notify_close(&n);
@@ -107,16 +120,18 @@ static void status_shows_breaker(void **state) {
 }
 
 static void fill(PGconn *c, const char *topic, int rows) {
-        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload, headers) SELECT '%s', 'key-' || (g %% 500),"
-                      " convert_to('event ' || g, 'UTF8'), jsonb_build_object('n', g::text)"
-                      " FROM generate_series(1, %d) g", topic, rows);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload, headers) SELECT '%s', 'key-' || (g %% 500),"
+                   " convert_to('event ' || g, 'UTF8'), jsonb_build_object('n', g::text)"
+                   " FROM generate_series(1, %d) g",
+                   topic, rows);
 }
 
 /* SIGTERM during a 50,000-row load: exit 0 within drain_timeout, nothing lost, no duplicate. */
 static void sigterm_drains(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("sd-sigterm");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay relay;
         struct ts_msgs m;
         struct ts_verify v;
@@ -132,7 +147,8 @@ static void sigterm_drains(void **state) {
         rc = ts_relay_stop(&relay, SIGTERM, 15000);
         took = ts_now_ms() - t0;
         left = ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic);
-        fprintf(stderr, "sigterm: exit %d after %lld ms, %lld rows still pending\n", rc, (long long)took, (long long)left);
+        fprintf(stderr, "sigterm: exit %d after %lld ms, %lld rows still pending\n", rc, (long long)took,
+                (long long)left);
         assert_int_equal(rc, 0);
         assert_true(took < 10000);
         assert_true(left > 0); /* it stopped mid-load, for real */
@@ -156,7 +172,7 @@ static void sigterm_drains(void **state) {
 static void sigkill_restart(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("sd-sigkill");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay relay;
         struct ts_msgs m;
         struct ts_verify v;
@@ -195,7 +211,7 @@ static void write_file(const char *path, const char *text) {
 static void reload(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("sd-reload");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         struct ts_relay relay;
         char conf[2048], expect[512];
 
@@ -210,7 +226,8 @@ static void reload(void **state) {
                  ts_conninfo(), ts_env("KAFKA_BOOTSTRAP"));
         write_file(relay.conf, conf);
         kill(relay.pid, SIGHUP);
-        snprintf(expect, sizeof(expect), "reload failed, keeping the running settings: %s:3: relay.batch_size", relay.conf);
+        snprintf(expect, sizeof(expect),
+                 "reload failed, keeping the running settings: %s:3: relay.batch_size", relay.conf);
         if (!ts_relay_log_wait(&relay, expect, 5000)) {
                 ts_relay_dump_log(&relay);
                 fail_msg("no FILE:LINE error for the broken reload");
@@ -227,7 +244,8 @@ static void reload(void **state) {
         write_file(relay.conf, conf);
         kill(relay.pid, SIGHUP);
         assert_true(ts_relay_log_wait(&relay, "configuration reloaded", 5000));
-        assert_true(ts_relay_log_wait(&relay, "postgres.conninfo changed; that takes effect only after a restart", 1000));
+        assert_true(ts_relay_log_wait(
+                &relay, "postgres.conninfo changed; that takes effect only after a restart", 1000));
         ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'k', 'after a good reload'::text)", topic);
         assert_true(ts_wait_drained(c, topics, 10000));
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);

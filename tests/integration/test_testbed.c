@@ -18,20 +18,31 @@ static void enqueue_overloads(void **state) {
         int64_t a, b, d;
 
         (void)state;
-        a = ts_pg_int(c, "SELECT outbox_enqueue('tb-enqueue', 'k1', '{\"a\": 1, \"b\": [true]}'::jsonb,"
-                         " '{\"h\": \"v\"}')");
+        a = ts_pg_int(c,
+                      "SELECT outbox_enqueue('tb-enqueue', 'k1', '{\"a\": 1, \"b\": [true]}'::jsonb,"
+                      " '{\"h\": \"v\"}')");
         b = ts_pg_int(c, "SELECT outbox_enqueue('tb-enqueue', NULL, 'plain text ü'::text)");
         d = ts_pg_int(c, "SELECT outbox_enqueue('tb-enqueue', 'k2', '\\x00ff0001'::bytea)");
         assert_true(a < b && b < d);
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE id = %lld AND"
-                                      " payload = convert_to('{\"a\": 1, \"b\": [true]}', 'UTF8')"
-                                      " AND key = 'k1' AND headers = '{\"h\":\"v\"}'", (long long)a), 1);
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE id = %lld AND key IS NULL AND"
-                                      " payload = '\\x706c61696e207465787420c3bc'::bytea", (long long)b), 1);
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT count(*) FROM outbox WHERE id = %lld AND"
+                                   " payload = convert_to('{\"a\": 1, \"b\": [true]}', 'UTF8')"
+                                   " AND key = 'k1' AND headers = '{\"h\":\"v\"}'",
+                                   (long long)a),
+                         1);
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT count(*) FROM outbox WHERE id = %lld AND key IS NULL AND"
+                                   " payload = '\\x706c61696e207465787420c3bc'::bytea",
+                                   (long long)b),
+                         1);
         assert_int_equal(ts_pg_int(c, "SELECT length(payload) FROM outbox WHERE id = %lld", (long long)d), 4);
-        assert_int_equal(ts_pg_int(c, "SELECT get_byte(payload, 0) + get_byte(payload, 2)"
-                                      " FROM outbox WHERE id = %lld", (long long)d), 0);
-        assert_int_equal(ts_pg_int(c, "SELECT get_byte(payload, 1) FROM outbox WHERE id = %lld", (long long)d), 255);
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT get_byte(payload, 0) + get_byte(payload, 2)"
+                                   " FROM outbox WHERE id = %lld",
+                                   (long long)d),
+                         0);
+        assert_int_equal(
+                ts_pg_int(c, "SELECT get_byte(payload, 1) FROM outbox WHERE id = %lld", (long long)d), 255);
         ts_pg_exec(c, "DELETE FROM outbox WHERE topic = 'tb-enqueue'");
         PQfinish(c);
 }
@@ -39,7 +50,7 @@ static void enqueue_overloads(void **state) {
 /* Headers the relay would have to dead-letter are refused at write time by the helper. */
 static void enqueue_rejects_bad_headers(void **state) {
         PGconn *c = ts_pg_connect();
-        const char *bad[] = {"'[1,2]'", "'{\"n\": 1}'", "'{\"outbox-id\": \"7\"}'"};
+        const char *bad[] = { "'[1,2]'", "'{\"n\": 1}'", "'{\"outbox-id\": \"7\"}'" };
 
         (void)state;
         for (size_t i = 0; i < 3; i++) {
@@ -62,20 +73,20 @@ static void enqueue_rejects_bad_topics(void **state) {
         PGconn *c = ts_pg_connect();
         const struct {
                 const char *topic; /* an SQL expression */
-                const char *why;   /* part of the message; NULL = accepted */
+                const char *why; /* part of the message; NULL = accepted */
         } cases[] = {
-                {"''", "must not be empty"},
-                {"NULL", "must not be empty"},
-                {"'bad topic!'", "only ASCII letters, digits"},
-                {"'a/b'", "only ASCII letters, digits"},
-                {"'caf' || chr(233)", "only ASCII letters, digits"},
-                {"E'tb-topic\\n'", "only ASCII letters, digits"},
-                {"repeat('t', 250)", "at most 249 characters"},
-                {"'.'", "cannot be '.' or '..'"},
-                {"'..'", "cannot be '.' or '..'"},
-                {"repeat('t', 249)", NULL},
-                {"'...'", NULL},
-                {"'tb.Topic_name-09'", NULL},
+                { "''", "must not be empty" },
+                { "NULL", "must not be empty" },
+                { "'bad topic!'", "only ASCII letters, digits" },
+                { "'a/b'", "only ASCII letters, digits" },
+                { "'caf' || chr(233)", "only ASCII letters, digits" },
+                { "E'tb-topic\\n'", "only ASCII letters, digits" },
+                { "repeat('t', 250)", "at most 249 characters" },
+                { "'.'", "cannot be '.' or '..'" },
+                { "'..'", "cannot be '.' or '..'" },
+                { "repeat('t', 249)", NULL },
+                { "'...'", NULL },
+                { "'tb.Topic_name-09'", NULL },
         };
 
         (void)state;
@@ -97,13 +108,17 @@ static void enqueue_rejects_bad_topics(void **state) {
                 }
                 PQclear(res);
         }
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic IN (repeat('t', 249), '...',"
-                                      " 'tb.Topic_name-09')"),
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT count(*) FROM outbox WHERE topic IN (repeat('t', 249), '...',"
+                                   " 'tb.Topic_name-09')"),
                          3);
         ts_pg_exec(c, "DELETE FROM outbox WHERE topic IN (repeat('t', 249), '...', 'tb.Topic_name-09')");
         /* Not a constraint: existing rows and direct INSERTs keep working (the relay dead-letters them). */
         ts_pg_exec(c, "BEGIN");
-        assert_true(ts_pg_int(c, "INSERT INTO outbox (topic, payload) VALUES ('tb bad topic', 'x') RETURNING id") > 0);
+        assert_true(
+                ts_pg_int(c,
+                          "INSERT INTO outbox (topic, payload) VALUES ('tb bad topic', 'x') RETURNING id") >
+                0);
         ts_pg_exec(c, "ROLLBACK");
         PQfinish(c);
 }
@@ -112,7 +127,7 @@ static void enqueue_rejects_bad_topics(void **state) {
 static void migrations_idempotent(void **state) {
         PGconn *c = ts_pg_connect();
         const char *src = getenv("OUTBOX_RELAY_SRCDIR");
-        const char *files[] = {"001_outbox.sql", "002_enqueue.sql", "003_dead_letters.sql"};
+        const char *files[] = { "001_outbox.sql", "002_enqueue.sql", "003_dead_letters.sql" };
         int64_t before;
 
         (void)state;
@@ -137,7 +152,8 @@ static void migrations_idempotent(void **state) {
         }
         assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox"), before);
         assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_notify'"), 1);
-        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM pg_indexes WHERE indexname = 'outbox_pending_idx'"), 1);
+        assert_int_equal(
+                ts_pg_int(c, "SELECT count(*) FROM pg_indexes WHERE indexname = 'outbox_pending_idx'"), 1);
         ts_pg_exec(c, "DELETE FROM outbox WHERE topic = 'tb-migrate'");
         PQfinish(c);
 }
@@ -152,7 +168,7 @@ static int notifies_before(PGconn *l, PGconn *w, const char *tag, int timeout_ms
 
         ts_pg_exec(w, "SELECT pg_notify('outbox', '%s')", tag);
         for (;;) {
-                struct pollfd p = {.fd = PQsocket(l), .events = POLLIN};
+                struct pollfd p = { .fd = PQsocket(l), .events = POLLIN };
                 PGnotify *n;
                 int64_t left = until - ts_now_ms();
 
@@ -178,8 +194,9 @@ static void notify_once_per_statement(void **state) {
 
         (void)state;
         ts_pg_exec(l, "LISTEN outbox");
-        ts_pg_exec(w, "INSERT INTO outbox (topic, key, payload) SELECT 'tb-notify', 'k' || g, 'x'"
-                      " FROM generate_series(1, 500) g");
+        ts_pg_exec(w,
+                   "INSERT INTO outbox (topic, key, payload) SELECT 'tb-notify', 'k' || g, 'x'"
+                   " FROM generate_series(1, 500) g");
         assert_int_equal(notifies_before(l, w, "tb-sentinel-1", 10000), 1);
         for (int i = 0; i < 3; i++)
                 ts_pg_exec(w, "SELECT outbox_enqueue('tb-notify', 'k', 'x'::text)");
@@ -194,7 +211,7 @@ static void notify_once_per_statement(void **state) {
 /* A message produced with librdkafka comes back from the real broker byte for byte. */
 static void kafka_roundtrip(void **state) {
         char *topic = ts_topic("tb-kafka");
-        const char *topics[] = {topic, NULL};
+        const char *topics[] = { topic, NULL };
         const char payload[] = "hello\0kafka";
         struct ts_msgs m;
 
@@ -213,12 +230,9 @@ static void kafka_roundtrip(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(enqueue_overloads),
-                cmocka_unit_test(enqueue_rejects_bad_headers),
-                cmocka_unit_test(enqueue_rejects_bad_topics),
-                cmocka_unit_test(migrations_idempotent),
-                cmocka_unit_test(notify_once_per_statement),
-                cmocka_unit_test(kafka_roundtrip),
+                cmocka_unit_test(enqueue_overloads),          cmocka_unit_test(enqueue_rejects_bad_headers),
+                cmocka_unit_test(enqueue_rejects_bad_topics), cmocka_unit_test(migrations_idempotent),
+                cmocka_unit_test(notify_once_per_statement),  cmocka_unit_test(kafka_roundtrip),
         };
 
         ts_env("PGPORT");

@@ -37,7 +37,7 @@ struct ts_proxy {
 /* Closes with a reset (SO_LINGER 0): the peer sees the connection torn, as after a network
  * fault, not a polite end. */
 static void reset_close(int fd) {
-        struct linger l = {.l_onoff = 1, .l_linger = 0};
+        struct linger l = { .l_onoff = 1, .l_linger = 0 };
 
         if (fd < 0)
                 return;
@@ -46,7 +46,7 @@ static void reset_close(int fd) {
 }
 
 static int connect_target(int port) {
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
         sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -78,7 +78,7 @@ static void *pump(void *arg) {
         b = l->b;
         pthread_mutex_unlock(&p->lock);
         for (;;) {
-                struct pollfd fds[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
+                struct pollfd fds[2] = { { .fd = a, .events = POLLIN }, { .fd = b, .events = POLLIN } };
                 int n = poll(fds, 2, 200);
                 bool done = false;
 
@@ -126,7 +126,7 @@ static void *acceptor(void *arg) {
         struct ts_proxy *p = arg;
 
         for (;;) {
-                struct pollfd pf = {.fd = p->listen_fd, .events = POLLIN};
+                struct pollfd pf = { .fd = p->listen_fd, .events = POLLIN };
                 int c, s;
                 bool cut;
 
@@ -165,7 +165,7 @@ static void *acceptor(void *arg) {
                         pa = malloc(sizeof(*pa));
                         if (!pa)
                                 break;
-                        *pa = (struct pump_arg){p, l};
+                        *pa = (struct pump_arg){ p, l };
                         l->a = c;
                         l->b = s;
                         l->used = true;
@@ -190,7 +190,7 @@ static void *acceptor(void *arg) {
 
 struct ts_proxy *ts_proxy_start(int target_port) {
         struct ts_proxy *p = calloc(1, sizeof(*p));
-        struct sockaddr_in sa = {.sin_family = AF_INET};
+        struct sockaddr_in sa = { .sin_family = AF_INET };
         socklen_t len = sizeof(sa);
         int one = 1;
 
@@ -221,7 +221,7 @@ int ts_proxy_accepted(const struct ts_proxy *p) {
 }
 
 void ts_proxy_cut(struct ts_proxy *p) {
-        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        struct linger lg = { .l_onoff = 1, .l_linger = 0 };
 
         pthread_mutex_lock(&p->lock);
         p->cut = true;

@@ -26,8 +26,10 @@ const char *ts_env(const char *name) {
 
         if (!v || !*v) {
                 /* Never skip: an integration test without its servers is a failure. */
-                fprintf(stderr, "FATAL: %s is not set; run the integration tests through "
-                                "scripts/test.sh (it starts PostgreSQL and Kafka)\n", name);
+                fprintf(stderr,
+                        "FATAL: %s is not set; run the integration tests through "
+                        "scripts/test.sh (it starts PostgreSQL and Kafka)\n",
+                        name);
                 exit(2);
         }
         return v;
@@ -121,7 +123,8 @@ void ts_pg_wait(PGconn *c, int timeout_ms, const char *fmt, ...) {
                         fail_msg("SQL failed: %s\n  %s", PQresultErrorMessage(res), sql);
                 done = PQntuples(res) > 0 && !PQgetisnull(res, 0, 0) && PQgetvalue(res, 0, 0)[0] == 't';
                 if (PQntuples(res) > 0)
-                        snprintf(last, sizeof(last), "%s", PQgetisnull(res, 0, 0) ? "NULL" : PQgetvalue(res, 0, 0));
+                        snprintf(last, sizeof(last), "%s",
+                                 PQgetisnull(res, 0, 0) ? "NULL" : PQgetvalue(res, 0, 0));
                 PQclear(res);
                 if (done)
                         break;
@@ -208,15 +211,16 @@ int ts_teardown(void **state) {
 }
 
 void ts_relay_start(struct ts_relay *r, const char *relay_group, const char *extra_groups) {
-        struct ts_relay_opts o = {.relay_group = relay_group, .extra_groups = extra_groups};
+        struct ts_relay_opts o = { .relay_group = relay_group, .extra_groups = extra_groups };
 
         ts_relay_start_opts(r, &o);
 }
 
 void ts_relay_start_ex(struct ts_relay *r, const char *relay_group, const char *kafka_extra,
                        const char *extra_groups) {
-        struct ts_relay_opts o = {.relay_group = relay_group, .kafka_extra = kafka_extra,
-                                  .extra_groups = extra_groups};
+        struct ts_relay_opts o = { .relay_group = relay_group,
+                                   .kafka_extra = kafka_extra,
+                                   .extra_groups = extra_groups };
 
         ts_relay_start_opts(r, &o);
 }
@@ -241,9 +245,9 @@ void ts_relay_start_opts(struct ts_relay *r, const struct ts_relay_opts *o) {
                 "log = { level = \"%s\"; };\n"
                 "%s\n",
                 o->conninfo ? o->conninfo : ts_conninfo(), o->postgres_extra ? o->postgres_extra : "",
-                o->bootstrap ? o->bootstrap : ts_env("KAFKA_BOOTSTRAP"),
-                o->kafka_extra ? o->kafka_extra : "", o->relay_group ? o->relay_group : "",
-                o->log_level ? o->log_level : "info", o->extra_groups ? o->extra_groups : "");
+                o->bootstrap ? o->bootstrap : ts_env("KAFKA_BOOTSTRAP"), o->kafka_extra ? o->kafka_extra : "",
+                o->relay_group ? o->relay_group : "", o->log_level ? o->log_level : "info",
+                o->extra_groups ? o->extra_groups : "");
         fclose(f);
 
         r->pid = fork();
@@ -424,7 +428,7 @@ void ts_relay_dump_log(const struct ts_relay *r) {
 /* ---- the systemd notify protocol, without systemd ---- */
 
 void ts_notify_open(struct ts_notify *n) {
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
         static unsigned counter;
 
         memset(n, 0, sizeof(*n));
@@ -448,7 +452,7 @@ void ts_notify_close(struct ts_notify *n) {
 
 /* Receives one datagram (if any within ms) and appends its lines. Returns the new part. */
 static char *notify_recv(struct ts_notify *n, int ms) {
-        struct pollfd p = {.fd = n->fd, .events = POLLIN};
+        struct pollfd p = { .fd = n->fd, .events = POLLIN };
         char buf[4096];
         ssize_t r;
         size_t start;
@@ -525,7 +529,7 @@ static bool mock_line(struct ts_mock *m, char *buf, size_t sz, int timeout_ms) {
         int64_t until = ts_now_ms() + timeout_ms;
 
         while (len + 1 < sz) {
-                struct pollfd p = {.fd = m->out, .events = POLLIN};
+                struct pollfd p = { .fd = m->out, .events = POLLIN };
                 char c;
 
                 if (ts_now_ms() > until || poll(&p, 1, 100) < 0)
@@ -797,8 +801,7 @@ void ts_consume_from(const char *bootstrap, const char *const *topics, size_t ex
                 /* The topic exists once the relay produced to it; wait for its metadata. */
                 while (ts_now_ms() - start < timeout_ms) {
                         if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-                            md->topic_cnt == 1 && md->topics[0].err == 0 &&
-                            md->topics[0].partition_cnt > 0) {
+                            md->topic_cnt == 1 && md->topics[0].err == 0 && md->topics[0].partition_cnt > 0) {
                                 parts_n = md->topics[0].partition_cnt;
                                 rd_kafka_metadata_destroy(md);
                                 break;
@@ -918,7 +921,7 @@ static int cmp_id(const void *a, const void *b) {
 }
 
 static struct expect_row *find_row(struct expect_row *rows, size_t n, int64_t id) {
-        struct expect_row key = {.id = id};
+        struct expect_row key = { .id = id };
         return bsearch(&key, rows, n, sizeof(*rows), cmp_id);
 }
 
@@ -927,17 +930,19 @@ static int cmp_expect_header(const void *a, const void *b) {
 }
 
 static int cmp_msg_header(const void *a, const void *b) {
-        return strcmp((*(const struct ts_header *const *)a)->name, (*(const struct ts_header *const *)b)->name);
+        return strcmp((*(const struct ts_header *const *)a)->name,
+                      (*(const struct ts_header *const *)b)->name);
 }
 
 /* "YYYY-MM-DD HH:MM:SS.UUUUUU" in UTC -> ms since the epoch, truncated (Kafka's CreateTime is in
  * ms; a timestamp is never rounded up into the next millisecond). -1 when it does not parse. */
 static int64_t utc_text_ms(const char *s) {
-        struct tm tm = {0};
+        struct tm tm = { 0 };
         int us = 0, used = 0;
 
-        if (sscanf(s, "%d-%d-%d %d:%d:%d.%6d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
-                   &tm.tm_sec, &us, &used) != 7 || s[used] != 0)
+        if (sscanf(s, "%d-%d-%d %d:%d:%d.%6d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                   &tm.tm_min, &tm.tm_sec, &us, &used) != 7 ||
+            s[used] != 0)
                 return -1;
         tm.tm_year -= 1900;
         tm.tm_mon -= 1;
@@ -948,7 +953,8 @@ static int64_t utc_text_ms(const char *s) {
  * otherwise the row's headers, each once, byte for byte (names and values may hold anything,
  * so they are compared as pairs, never as text joined with separators). Returns NULL or what
  * differs, written into why. */
-static const char *headers_differ(const struct ts_msg *m, const struct expect_row *r, char *why, size_t whysz) {
+static const char *headers_differ(const struct ts_msg *m, const struct expect_row *r, char *why,
+                                  size_t whysz) {
         const struct ts_header **mine = calloc(m->n_headers + 1, sizeof(*mine));
         char id[32];
         size_t n = 0, id_headers = 0;
@@ -977,8 +983,8 @@ static const char *headers_differ(const struct ts_msg *m, const struct expect_ro
                 for (size_t i = 0; i < n && !res; i++) {
                         const struct expect_header *e = &r->headers[i];
 
-                        if (strcmp(mine[i]->name, e->name) != 0 || !e->value || mine[i]->value_len != e->len ||
-                            memcmp(mine[i]->value, e->value, e->len) != 0) {
+                        if (strcmp(mine[i]->name, e->name) != 0 || !e->value ||
+                            mine[i]->value_len != e->len || memcmp(mine[i]->value, e->value, e->len) != 0) {
                                 snprintf(why, whysz, "header '%s'='%s', want '%s'='%s'", mine[i]->name,
                                          mine[i]->value, e->name, e->value ? e->value : "(JSON null)");
                                 res = why;
@@ -1013,7 +1019,7 @@ static int cmp_key_offset(const void *a, const void *b) {
 
 static bool same_key(const struct ts_msg *x, const struct ts_msg *y) {
         return x->key && y->key && x->key_len == y->key_len && memcmp(x->key, y->key, x->key_len) == 0 &&
-               strcmp(x->topic, y->topic) == 0;
+                strcmp(x->topic, y->topic) == 0;
 }
 
 static char *topics_array(const char *const *topics) {
@@ -1038,7 +1044,7 @@ static char *topics_array(const char *const *topics) {
 void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bool exclude_dead,
                struct ts_verify *out) {
         char *arr = topics_array(topics);
-        const char *params[1] = {arr};
+        const char *params[1] = { arr };
         PGresult *res;
         struct expect_row *rows;
         size_t n, shown = 0;
@@ -1080,17 +1086,19 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
         }
         PQclear(res);
         /* The headers: one (id, name, value) per pair of each object (not objects: none). */
-        res = PQexecParams(c,
-                           "SELECT c.id, h.key, h.value FROM outbox_test_copy c,"
-                           " jsonb_each_text(CASE WHEN jsonb_typeof(c.headers) = 'object' THEN c.headers END) h"
-                           " WHERE c.topic = ANY($1::text[]) ORDER BY c.id",
-                           1, NULL, params, NULL, NULL, 0);
+        res = PQexecParams(
+                c,
+                "SELECT c.id, h.key, h.value FROM outbox_test_copy c,"
+                " jsonb_each_text(CASE WHEN jsonb_typeof(c.headers) = 'object' THEN c.headers END) h"
+                " WHERE c.topic = ANY($1::text[]) ORDER BY c.id",
+                1, NULL, params, NULL, NULL, 0);
         if (PQresultStatus(res) != PGRES_TUPLES_OK)
                 fail_msg("verify headers query: %s", PQresultErrorMessage(res));
         for (int i = 0, end; i < PQntuples(res); i = end) {
                 struct expect_row *r = find_row(rows, n, strtoll(PQgetvalue(res, i, 0), NULL, 10));
 
-                for (end = i; end < PQntuples(res) && strcmp(PQgetvalue(res, end, 0), PQgetvalue(res, i, 0)) == 0;)
+                for (end = i;
+                     end < PQntuples(res) && strcmp(PQgetvalue(res, end, 0), PQgetvalue(res, i, 0)) == 0;)
                         end++;
                 if (!r)
                         continue; /* written between the two queries */
@@ -1119,7 +1127,9 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
                 if (!r) {
                         out->unexpected++;
                         if (shown++ < 5)
-                                fprintf(stderr, "verify: message %s/%d@%" PRId64 " has unknown outbox-id %" PRId64 "\n",
+                                fprintf(stderr,
+                                        "verify: message %s/%d@%" PRId64 " has unknown outbox-id %" PRId64
+                                        "\n",
                                         msg->topic, msg->partition, msg->offset, msg->outbox_id);
                         continue;
                 }
@@ -1132,8 +1142,9 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
                          (r->key && (msg->key_len != r->key_len || memcmp(msg->key, r->key, r->key_len))))
                         why = "key";
                 else if ((msg->value == NULL) != (r->payload == NULL) ||
-                         (r->payload && (msg->value_len != r->payload_len ||
-                                         memcmp(msg->value, r->payload, r->payload_len))))
+                         (r->payload &&
+                          (msg->value_len != r->payload_len ||
+                           memcmp(msg->value, r->payload, r->payload_len))))
                         why = "payload";
                 else if (msg->timestamp != r->ts || msg->tstype != RD_KAFKA_TIMESTAMP_CREATE_TIME)
                         why = "timestamp";
@@ -1142,8 +1153,9 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
                 if (why) {
                         out->mismatched++;
                         if (shown++ < 5)
-                                fprintf(stderr, "verify: row %" PRId64 ": %s differs (timestamp %" PRId64
-                                                " type %d, want %" PRId64 " CreateTime)\n",
+                                fprintf(stderr,
+                                        "verify: row %" PRId64 ": %s differs (timestamp %" PRId64
+                                        " type %d, want %" PRId64 " CreateTime)\n",
                                         r->id, why, msg->timestamp, (int)msg->tstype, r->ts);
                 }
         }
@@ -1184,7 +1196,8 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
                 if (!seen_before) {
                         out->order_violations++;
                         if (shown++ < 5)
-                                fprintf(stderr, "verify: key '%s': id %" PRId64 " delivered after %" PRId64 "\n",
+                                fprintf(stderr,
+                                        "verify: key '%s': id %" PRId64 " delivered after %" PRId64 "\n",
                                         x->key, x->outbox_id, last);
                 }
         }
@@ -1200,8 +1213,9 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
                 free(rows[i].headers);
         }
         free(rows);
-        fprintf(stderr, "verify: expected %zu, consumed %zu, missing %zu, duplicates %zu, mismatched %zu, "
-                        "order violations %zu, unexpected %zu\n",
+        fprintf(stderr,
+                "verify: expected %zu, consumed %zu, missing %zu, duplicates %zu, mismatched %zu, "
+                "order violations %zu, unexpected %zu\n",
                 out->expected, out->consumed, out->missing, out->duplicates, out->mismatched,
                 out->order_violations, out->unexpected);
 }
@@ -1212,7 +1226,7 @@ bool ts_wait_drained(PGconn *c, const char *const *topics, int timeout_ms) {
         bool ok = false;
 
         for (;;) {
-                const char *params[1] = {arr};
+                const char *params[1] = { arr };
                 PGresult *res = PQexecParams(c,
                                              "SELECT count(*) FROM outbox WHERE topic = ANY($1::text[])"
                                              " AND published_at IS NULL AND dead_at IS NULL",
@@ -1225,8 +1239,8 @@ bool ts_wait_drained(PGconn *c, const char *const *topics, int timeout_ms) {
                         break;
                 }
                 if (ts_now_ms() > until) {
-                        fprintf(stderr, "ts_wait_drained: %ld rows of %s still pending after %d ms\n", left, arr,
-                                timeout_ms);
+                        fprintf(stderr, "ts_wait_drained: %ld rows of %s still pending after %d ms\n", left,
+                                arr, timeout_ms);
                         break;
                 }
                 usleep(50000);

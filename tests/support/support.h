@@ -51,14 +51,14 @@ void ts_relay_start_ex(struct ts_relay *r, const char *relay_group, const char *
 
 /* Everything a test may vary; NULL fields take the defaults of ts_relay_start(). */
 struct ts_relay_opts {
-        const char *relay_group;   /* body of the relay group */
-        const char *kafka_extra;   /* added to the kafka group */
-        const char *extra_groups;  /* further groups (breaker, retry, …) */
-        const char *bootstrap;     /* instead of $KAFKA_BOOTSTRAP (e.g. a mock-kafka cluster) */
-        const char *log_level;     /* default "info" */
+        const char *relay_group; /* body of the relay group */
+        const char *kafka_extra; /* added to the kafka group */
+        const char *extra_groups; /* further groups (breaker, retry, …) */
+        const char *bootstrap; /* instead of $KAFKA_BOOTSTRAP (e.g. a mock-kafka cluster) */
+        const char *log_level; /* default "info" */
         const char *notify_socket; /* NOTIFY_SOCKET for the child */
         const char *watchdog_usec; /* WATCHDOG_USEC for the child (WATCHDOG_PID is set to it) */
-        const char *conninfo;      /* instead of the test bed's */
+        const char *conninfo; /* instead of the test bed's */
         const char *postgres_extra; /* added to the postgres group */
 };
 void ts_relay_start_opts(struct ts_relay *r, const struct ts_relay_opts *o);
@@ -73,19 +73,19 @@ int ts_relay_log_count(const struct ts_relay *r, const char *needle);
 void ts_relay_log_wait_n(struct ts_relay *r, const char *needle, int n, int timeout_ms);
 /* What the relay's log says about its batches, its breaker and its database connection. */
 struct ts_relay_log_stats {
-        long long published;     /* "drained: published N, …" (the last one), -1 if absent */
+        long long published; /* "drained: published N, …" (the last one), -1 if absent */
         long long dead_lettered; /* "…, dead-lettered M", -1 if absent */
-        int failed_batches;      /* "batch of N rows: nothing delivered" */
+        int failed_batches; /* "batch of N rows: nothing delivered" */
         long long failed_batch_rows; /* their N, summed */
-        int partial_batches;     /* "batch of N rows: D delivered, some failed" */
+        int partial_batches; /* "batch of N rows: D delivered, some failed" */
         long long partial_failed_rows; /* their N - D, summed */
         int rolled_back_batches; /* "finishing a batch of N rows failed" */
         long long rolled_back_rows; /* their N, summed */
-        int breaker_opened;      /* "circuit breaker opened" */
-        int breaker_reopened;    /* "circuit breaker probe failed" */
-        int breaker_closed;      /* "circuit breaker closed" */
-        int db_lost;             /* "lost the PostgreSQL connection" */
-        int db_back;             /* "connected to PostgreSQL again" */
+        int breaker_opened; /* "circuit breaker opened" */
+        int breaker_reopened; /* "circuit breaker probe failed" */
+        int breaker_closed; /* "circuit breaker closed" */
+        int db_lost; /* "lost the PostgreSQL connection" */
+        int db_back; /* "connected to PostgreSQL again" */
 };
 void ts_relay_log_stats(const struct ts_relay *r, struct ts_relay_log_stats *out);
 /* Rows a relay may have published more than once without a crash (DESIGN §1.2): only a row whose
@@ -100,7 +100,7 @@ int ts_teardown(void **state);
 struct ts_notify {
         int fd;
         char path[108];
-        char *log;   /* every datagram received so far, "\n"-separated, in order */
+        char *log; /* every datagram received so far, "\n"-separated, in order */
         size_t len;
 };
 /* Binds an AF_UNIX datagram socket at a fresh path (pass n->path as NOTIFY_SOCKET). */
@@ -167,8 +167,7 @@ struct ts_msgs {
 };
 /* Reads every partition of each topic (NULL-terminated list) from the beginning until `expect`
  * messages arrived and nothing more came for settle_ms, or timeout_ms passed. */
-void ts_consume(const char *const *topics, size_t expect, int timeout_ms, int settle_ms,
-                struct ts_msgs *out);
+void ts_consume(const char *const *topics, size_t expect, int timeout_ms, int settle_ms, struct ts_msgs *out);
 /* The same from another cluster (e.g. a mock-kafka cluster). */
 void ts_consume_from(const char *bootstrap, const char *const *topics, size_t expect, int timeout_ms,
                      int settle_ms, struct ts_msgs *out);
@@ -178,16 +177,16 @@ rd_kafka_resp_err_t ts_produce(const char *topic, const char *key, const void *v
 
 /* ---- verification ---- */
 struct ts_verify {
-        size_t expected;    /* rows in outbox_test_copy for the topics */
-        size_t consumed;    /* messages read */
-        size_t missing;     /* expected rows with no message */
-        size_t duplicates;  /* consumed - distinct outbox ids */
-        size_t mismatched;  /* messages whose topic/key/payload/headers/timestamp differ from what was
+        size_t expected; /* rows in outbox_test_copy for the topics */
+        size_t consumed; /* messages read */
+        size_t missing; /* expected rows with no message */
+        size_t duplicates; /* consumed - distinct outbox ids */
+        size_t mismatched; /* messages whose topic/key/payload/headers/timestamp differ from what was
                              * written: headers as jsonb_each_text lists the object (plus one
                              * outbox-id with the row's id), timestamp = created_at in UTC
                              * truncated to ms, CreateTime */
         size_t order_violations; /* first deliveries of a key out of id order */
-        size_t unexpected;  /* messages with an outbox-id not in the copy */
+        size_t unexpected; /* messages with an outbox-id not in the copy */
 };
 /* Compares the copy table's rows for `topics` (NULL-terminated) with the consumed messages and
  * prints the first few differences. `exclude_dead`: rows dead-lettered are not expected. */

@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
                 if (md)
                         rd_kafka_metadata_destroy(md);
                 md = NULL;
-                struct timespec ts = {0, 200000000};
+                struct timespec ts = { 0, 200000000 };
                 nanosleep(&ts, NULL);
         }
         if (!md) {

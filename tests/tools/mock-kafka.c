@@ -509,7 +509,8 @@ int main(int argc, char **argv) {
                                 return 2;
                         }
                         if (!parse_topic_arg(argv[++i], &topics[topic_cnt])) {
-                                fprintf(stderr, "mock-kafka: bad topic '%s', want NAME:PARTITIONS\n", argv[i]);
+                                fprintf(stderr, "mock-kafka: bad topic '%s', want NAME:PARTITIONS\n",
+                                        argv[i]);
                                 return 2;
                         }
                         topic_cnt++;
@@ -543,8 +544,8 @@ int main(int argc, char **argv) {
                 goto out;
         }
         for (size_t i = 0; i < topic_cnt; i++) {
-                rd_kafka_resp_err_t err = rd_kafka_mock_topic_create(m.mc, topics[i].name, topics[i].partitions,
-                                                                     replication_factor(&m));
+                rd_kafka_resp_err_t err = rd_kafka_mock_topic_create(
+                        m.mc, topics[i].name, topics[i].partitions, replication_factor(&m));
                 if (err) {
                         fprintf(stderr, "mock-kafka: creating topic '%s': %s\n", topics[i].name,
                                 rd_kafka_err2str(err));

@@ -8,8 +8,8 @@
 
 #include "backoff.h"
 
-#define MS(x) ((usec_t)(x) * USEC_PER_MSEC)
-#define SEC(x) ((usec_t)(x) * USEC_PER_SEC)
+#define MS(x) ((usec_t)(x)*USEC_PER_MSEC)
+#define SEC(x) ((usec_t)(x)*USEC_PER_SEC)
 
 #define JITTER_SAMPLES 20000
 #define JITTER_BUCKETS 10
@@ -190,7 +190,7 @@ static void test_samples_within_ceiling(void **state) {
 static void test_samples_reach_ceiling_inclusive(void **state) {
         struct backoff b;
         struct rng r;
-        unsigned seen[3] = {0, 0, 0};
+        unsigned seen[3] = { 0, 0, 0 };
 
         (void)state;
         /* Tiny windows make both ends observable: [0, 1] then [0, 2]. */
@@ -226,7 +226,7 @@ static void test_full_jitter_covers_whole_window(void **state) {
         struct rng r;
         usec_t min = USEC_INFINITY, max = 0;
         unsigned below_half = 0;
-        unsigned buckets[JITTER_BUCKETS] = {0};
+        unsigned buckets[JITTER_BUCKETS] = { 0 };
 
         (void)state;
         rng_seed(&r, 20240601);
@@ -315,8 +315,8 @@ static void test_rng_uniform_zero_bound(void **state) {
 
 static void test_rng_uniform_bound_inclusive(void **state) {
         struct rng r;
-        unsigned seen[2] = {0, 0};
-        unsigned seen10[10] = {0};
+        unsigned seen[2] = { 0, 0 };
+        unsigned seen10[10] = { 0 };
 
         (void)state;
         rng_seed(&r, 99);

@@ -40,10 +40,14 @@ struct want {
         const char *reason_has; /* a substring of the reason, or NULL */
 };
 
-#define SENT(t, k, e, p) {t, k, ROW_REPORTED, e, p, 0, NULL, false}
-#define FINISH {ACT_FINISH, 0, false, false, false, false, false, NULL}
-#define RETRY(inc) {ACT_FAIL, inc, false, false, false, false, false, NULL}
-#define LEAVE {ACT_LEAVE, 0, false, false, false, false, false, NULL}
+#define SENT(t, k, e, p) \
+        { t, k, ROW_REPORTED, e, p, 0, NULL, false }
+#define FINISH \
+        { ACT_FINISH, 0, false, false, false, false, false, NULL }
+#define RETRY(inc) \
+        { ACT_FAIL, inc, false, false, false, false, false, NULL }
+#define LEAVE \
+        { ACT_LEAVE, 0, false, false, false, false, false, NULL }
 
 struct table_case {
         const char *name;
@@ -59,11 +63,11 @@ struct table_case {
 static void build(struct batch *b, const struct spec *rows, size_t n) {
         assert_int_equal(batch_init(b, n), 0);
         for (size_t i = 0; i < n; i++)
-                b->rows[i] = (struct batch_row){.id = (int64_t)i + 1,
-                                                .topic = rows[i].topic,
-                                                .key = rows[i].key,
-                                                .attempts = rows[i].attempts,
-                                                .map_error = rows[i].map_error};
+                b->rows[i] = (struct batch_row){ .id = (int64_t)i + 1,
+                                                 .topic = rows[i].topic,
+                                                 .key = rows[i].key,
+                                                 .attempts = rows[i].attempts,
+                                                 .map_error = rows[i].map_error };
         assert_int_equal(batch_prepare(b), 0);
         for (size_t i = 0; i < n; i++) {
                 switch (rows[i].state) {
@@ -91,105 +95,207 @@ static void build(struct batch *b, const struct spec *rows, size_t n) {
 }
 
 static const struct table_case cases[] = {
-        {"everything delivered",
-         {SENT("t", "a", OK, 0), SENT("t", "b", OK, 1), SENT("t", NULL, OK, 2)},
-         {FINISH, FINISH, FINISH}, 3, VERDICT_SUCCESS, false, 0},
-        {"a one-row probe on a dead partition: a failure, no attempt, its key waits",
-         {SENT("ta", "k", NO_LEADER, 0)},
-         {{ACT_FAIL, 0, false, false, false, true, false, "Leader not available"}}, 1, VERDICT_FAILURE, true, 0},
-        {"a probe where one topic's row fails and another topic's go through: Kafka is up",
-         {SENT("ta", "k", NO_LEADER, UA), SENT("tb", "x", OK, 0), SENT("tb", "y", OK, 1)},
-         {{ACT_FAIL, 0, false, true, false, false, false, NULL}, FINISH, FINISH}, 3, VERDICT_SUCCESS, true, 0},
-        {"a later row of the key already acknowledged: the failed earlier one is dead-lettered, not sent late",
-         {SENT("t", "k", TOO_LARGE, 0), SENT("t", "k", OK, 0), SENT("t", "k", OK, 0)},
-         {{ACT_FAIL, 1, true, false, false, false, true, "would break per-key order"}, FINISH, FINISH}, 3,
-         VERDICT_SUCCESS, false, 0},
-        {"the same for a transient failure overtaken by a later row of its key",
-         {SENT("t", "k", TIMED_OUT, 0), SENT("t", "k", OK, 0), SENT("t", "other", OK, 0)},
-         {{ACT_FAIL, 1, true, false, false, false, true, "Message timed out"}, FINISH, FINISH}, 3,
-         VERDICT_SUCCESS, false, 0},
-        {"the same key in another topic is another sequence: no overtaking",
-         {SENT("ta", "k", TIMED_OUT, 0), SENT("tb", "k", OK, 0), SENT("ta", "j", OK, 0)},
-         {RETRY(1), FINISH, FINISH}, 3, VERDICT_SUCCESS, false, 0},
-        {"rows without a key keep no order: a later one delivered overtakes nothing",
-         {SENT("t", NULL, TIMED_OUT, 0), SENT("t", NULL, OK, 0)},
-         {RETRY(1), FINISH}, 2, VERDICT_SUCCESS, false, 0},
-        {"a report that never came is a failure, never a success",
-         {{"t", "a", ROW_UNREPORTED, OK, UA, 0, NULL, false}, SENT("t", "b", OK, 0)},
-         {{ACT_FAIL, 0, false, false, false, false, false, "no delivery report"}, FINISH}, 2, VERDICT_SUCCESS,
-         false, 0},
-        {"nothing went through: Kafka is the problem, no row spends an attempt",
-         {SENT("t", "a", TIMED_OUT, 0), SENT("t", "b", TIMED_OUT, 1), SENT("u", "c", TIMED_OUT, 0)},
-         {RETRY(0), RETRY(0), RETRY(0)}, 3, VERDICT_FAILURE, false, 0},
-        {"one topic refused while others pass: paused, no attempts",
-         {SENT("bad", "a", NOT_AUTHORIZED, UA), {"bad", "b", ROW_REFUSED, UNKNOWN_TOPIC, UA, 0, NULL, false},
-          SENT("good", "c", OK, 0)},
-         {{ACT_FAIL, 0, false, true, false, false, false, "Topic authorization failed"},
-          {ACT_FAIL, 0, false, true, false, false, false, "Kafka refused the message"}, FINISH},
-         3, VERDICT_SUCCESS, false, 0},
-        {"a topic none of whose rows went through while another's did: paused as a whole",
-         {SENT("ta", "a", TIMED_OUT, UA), SENT("ta", "b", TIMED_OUT, UA), SENT("tb", "c", OK, 0)},
-         {{ACT_FAIL, 0, false, true, false, false, false, NULL}, {ACT_FAIL, 0, false, true, false, false, false, NULL},
-          FINISH},
-         3, VERDICT_SUCCESS, false, 0},
-        {"a partition out while the topic's others take messages: its keys are held back",
-         {SENT("t", "a", TIMED_OUT, 2), SENT("t", "b", OK, 0), SENT("t", "c", OK, 1), SENT("t", NULL, TIMED_OUT, 2)},
-         {{ACT_FAIL, 0, false, false, true, false, false, NULL}, FINISH, FINISH, RETRY(0)},
-         4, VERDICT_SUCCESS, false, 0},
-        {"a failure on a partition that took other messages is the row's own attempt",
-         {SENT("t", "a", TIMED_OUT, 0), SENT("t", "b", OK, 0)},
-         {RETRY(1), FINISH}, 2, VERDICT_SUCCESS, false, 0},
-        {"... and the last allowed one dead-letters it",
-         {{"t", "a", ROW_REPORTED, TIMED_OUT, 0, 2, NULL, false}, SENT("t", "b", OK, 0)},
-         {{ACT_FAIL, 1, true, false, false, false, false, "failed 3 times on its own"}, FINISH}, 2,
-         VERDICT_SUCCESS, false, 3},
-        {"the relay's own purge is never the row's fault",
-         {SENT("t", "a", PURGED, 0), SENT("t", "b", OK, 0)},
-         {RETRY(0), FINISH}, 2, VERDICT_SUCCESS, false, 0},
-        {"bad headers only: dead-lettered, and no test of Kafka (the probe is given back)",
-         {{"t", "a", ROW_CLAIMED, OK, UA, 0, "headers must be a JSON object (got array)", false}},
-         {{ACT_FAIL, 1, true, false, false, false, false, "headers must be a JSON object"}}, 1, VERDICT_NONE, true,
-         0},
-        {"topic names Kafka can never accept are dead-lettered with the reason",
-         {{"bad topic!", "a", ROW_CLAIMED, OK, UA, 0, NULL, false}, {"", "a", ROW_CLAIMED, OK, UA, 0, NULL, false},
-          {"..", "a", ROW_CLAIMED, OK, UA, 0, NULL, false}, SENT("fine.topic_1-x", "a", OK, 0)},
-         {{ACT_FAIL, 1, true, false, false, false, false, "can never exist in Kafka: a topic name may hold only"},
-          {ACT_FAIL, 1, true, false, false, false, false, "must not be empty"},
-          {ACT_FAIL, 1, true, false, false, false, false, "cannot be '.' or '..'"}, FINISH},
-         4, VERDICT_SUCCESS, false, 0},
-        {"the broker's invalid-topic answer concerns every row of the topic: dead, not a suspect",
-         {SENT("t", "a", INVALID_TOPIC, UA), SENT("t", "b", INVALID_TOPIC, UA)},
-         {{ACT_FAIL, 1, true, false, false, false, false, "TOPIC_EXCEPTION"},
-          {ACT_FAIL, 1, true, false, false, false, false, NULL}},
-         2, VERDICT_SUCCESS, false, 0},
-        {"a broker-side rejection of the only row sent is that row's own fault",
-         {SENT("t", "a", TOO_LARGE, 0)},
-         {{ACT_FAIL, 1, true, false, false, false, false, "MSG_SIZE_TOO_LARGE"}}, 1, VERDICT_SUCCESS, false, 0},
-        {"suspects not yet re-sent alone (time ran out) wait without spending an attempt",
-         {SENT("t", "a", TOO_LARGE, 0), SENT("t", "b", TOO_LARGE, 0)},
-         {{ACT_FAIL, 0, false, false, false, false, false, "not yet sent alone"},
-          {ACT_FAIL, 0, false, false, false, false, false, NULL}},
-         2, VERDICT_SUCCESS, false, 0},
-        {"a suspect that failed alone again is dead-lettered",
-         {{"t", "a", ROW_REPORTED, TOO_LARGE, 0, 0, NULL, true}, SENT("t", "b", OK, 0)},
-         {{ACT_FAIL, 1, true, false, false, false, false, NULL}, FINISH}, 2, VERDICT_SUCCESS, false, 0},
-        {"rows held back behind a refused row of their key stay untouched",
-         {{"t", "k", ROW_REFUSED, RD_KAFKA_RESP_ERR__QUEUE_FULL, UA, 0, NULL, false},
-          {"t", "k", ROW_HELD, OK, UA, 0, NULL, false}, SENT("t", "j", OK, 0)},
-         {RETRY(0), LEAVE, FINISH}, 3, VERDICT_SUCCESS, false, 0},
-        {"a fatal producer error decides the batch",
-         {SENT("t", "a", FENCED, 0), SENT("t", "b", OK, 0)},
-         {LEAVE, FINISH}, 2, VERDICT_FATAL, false, 0},
-        {"a key held back before that fails again is the same outage, even alone: no verdict on Kafka",
-         {SENT("t", "held", TIMED_OUT, 1)},
-         {{ACT_FAIL, 0, false, false, true, false, false, NULL}}, 1, VERDICT_NONE, false, 0},
-        {"a refused row overtaken by a later row of its key is dead-lettered too, never sent late",
-         {SENT("t", "k", NOT_AUTHORIZED, 0), SENT("t", "k", OK, 0)},
-         {{ACT_FAIL, 1, true, false, false, false, true, "would break per-key order"}, FINISH}, 2,
-         VERDICT_SUCCESS, false, 0},
-        {"a refusal on one partition while the topic's others take rows holds the key, not the topic",
-         {SENT("t", "k", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, 1), SENT("t", "j", OK, 0)},
-         {{ACT_FAIL, 0, false, false, true, false, false, NULL}, FINISH}, 2, VERDICT_SUCCESS, false, 0},
+        { "everything delivered",
+          { SENT("t", "a", OK, 0), SENT("t", "b", OK, 1), SENT("t", NULL, OK, 2) },
+          { FINISH, FINISH, FINISH },
+          3,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "a one-row probe on a dead partition: a failure, no attempt, its key waits",
+          { SENT("ta", "k", NO_LEADER, 0) },
+          { { ACT_FAIL, 0, false, false, false, true, false, "Leader not available" } },
+          1,
+          VERDICT_FAILURE,
+          true,
+          0 },
+        { "a probe where one topic's row fails and another topic's go through: Kafka is up",
+          { SENT("ta", "k", NO_LEADER, UA), SENT("tb", "x", OK, 0), SENT("tb", "y", OK, 1) },
+          { { ACT_FAIL, 0, false, true, false, false, false, NULL }, FINISH, FINISH },
+          3,
+          VERDICT_SUCCESS,
+          true,
+          0 },
+        { "a later row of the key already acknowledged: the failed earlier one is dead-lettered, not sent "
+          "late",
+          { SENT("t", "k", TOO_LARGE, 0), SENT("t", "k", OK, 0), SENT("t", "k", OK, 0) },
+          { { ACT_FAIL, 1, true, false, false, false, true, "would break per-key order" }, FINISH, FINISH },
+          3,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "the same for a transient failure overtaken by a later row of its key",
+          { SENT("t", "k", TIMED_OUT, 0), SENT("t", "k", OK, 0), SENT("t", "other", OK, 0) },
+          { { ACT_FAIL, 1, true, false, false, false, true, "Message timed out" }, FINISH, FINISH },
+          3,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "the same key in another topic is another sequence: no overtaking",
+          { SENT("ta", "k", TIMED_OUT, 0), SENT("tb", "k", OK, 0), SENT("ta", "j", OK, 0) },
+          { RETRY(1), FINISH, FINISH },
+          3,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "rows without a key keep no order: a later one delivered overtakes nothing",
+          { SENT("t", NULL, TIMED_OUT, 0), SENT("t", NULL, OK, 0) },
+          { RETRY(1), FINISH },
+          2,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "a report that never came is a failure, never a success",
+          { { "t", "a", ROW_UNREPORTED, OK, UA, 0, NULL, false }, SENT("t", "b", OK, 0) },
+          { { ACT_FAIL, 0, false, false, false, false, false, "no delivery report" }, FINISH },
+          2,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "nothing went through: Kafka is the problem, no row spends an attempt",
+          { SENT("t", "a", TIMED_OUT, 0), SENT("t", "b", TIMED_OUT, 1), SENT("u", "c", TIMED_OUT, 0) },
+          { RETRY(0), RETRY(0), RETRY(0) },
+          3,
+          VERDICT_FAILURE,
+          false,
+          0 },
+        { "one topic refused while others pass: paused, no attempts",
+          { SENT("bad", "a", NOT_AUTHORIZED, UA),
+            { "bad", "b", ROW_REFUSED, UNKNOWN_TOPIC, UA, 0, NULL, false },
+            SENT("good", "c", OK, 0) },
+          { { ACT_FAIL, 0, false, true, false, false, false, "Topic authorization failed" },
+            { ACT_FAIL, 0, false, true, false, false, false, "Kafka refused the message" },
+            FINISH },
+          3,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "a topic none of whose rows went through while another's did: paused as a whole",
+          { SENT("ta", "a", TIMED_OUT, UA), SENT("ta", "b", TIMED_OUT, UA), SENT("tb", "c", OK, 0) },
+          { { ACT_FAIL, 0, false, true, false, false, false, NULL },
+            { ACT_FAIL, 0, false, true, false, false, false, NULL },
+            FINISH },
+          3,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "a partition out while the topic's others take messages: its keys are held back",
+          { SENT("t", "a", TIMED_OUT, 2), SENT("t", "b", OK, 0), SENT("t", "c", OK, 1),
+            SENT("t", NULL, TIMED_OUT, 2) },
+          { { ACT_FAIL, 0, false, false, true, false, false, NULL }, FINISH, FINISH, RETRY(0) },
+          4,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "a failure on a partition that took other messages is the row's own attempt",
+          { SENT("t", "a", TIMED_OUT, 0), SENT("t", "b", OK, 0) },
+          { RETRY(1), FINISH },
+          2,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "... and the last allowed one dead-letters it",
+          { { "t", "a", ROW_REPORTED, TIMED_OUT, 0, 2, NULL, false }, SENT("t", "b", OK, 0) },
+          { { ACT_FAIL, 1, true, false, false, false, false, "failed 3 times on its own" }, FINISH },
+          2,
+          VERDICT_SUCCESS,
+          false,
+          3 },
+        { "the relay's own purge is never the row's fault",
+          { SENT("t", "a", PURGED, 0), SENT("t", "b", OK, 0) },
+          { RETRY(0), FINISH },
+          2,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "bad headers only: dead-lettered, and no test of Kafka (the probe is given back)",
+          { { "t", "a", ROW_CLAIMED, OK, UA, 0, "headers must be a JSON object (got array)", false } },
+          { { ACT_FAIL, 1, true, false, false, false, false, "headers must be a JSON object" } },
+          1,
+          VERDICT_NONE,
+          true,
+          0 },
+        { "topic names Kafka can never accept are dead-lettered with the reason",
+          { { "bad topic!", "a", ROW_CLAIMED, OK, UA, 0, NULL, false },
+            { "", "a", ROW_CLAIMED, OK, UA, 0, NULL, false },
+            { "..", "a", ROW_CLAIMED, OK, UA, 0, NULL, false },
+            SENT("fine.topic_1-x", "a", OK, 0) },
+          { { ACT_FAIL, 1, true, false, false, false, false,
+              "can never exist in Kafka: a topic name may hold only" },
+            { ACT_FAIL, 1, true, false, false, false, false, "must not be empty" },
+            { ACT_FAIL, 1, true, false, false, false, false, "cannot be '.' or '..'" },
+            FINISH },
+          4,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "the broker's invalid-topic answer concerns every row of the topic: dead, not a suspect",
+          { SENT("t", "a", INVALID_TOPIC, UA), SENT("t", "b", INVALID_TOPIC, UA) },
+          { { ACT_FAIL, 1, true, false, false, false, false, "TOPIC_EXCEPTION" },
+            { ACT_FAIL, 1, true, false, false, false, false, NULL } },
+          2,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "a broker-side rejection of the only row sent is that row's own fault",
+          { SENT("t", "a", TOO_LARGE, 0) },
+          { { ACT_FAIL, 1, true, false, false, false, false, "MSG_SIZE_TOO_LARGE" } },
+          1,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "suspects not yet re-sent alone (time ran out) wait without spending an attempt",
+          { SENT("t", "a", TOO_LARGE, 0), SENT("t", "b", TOO_LARGE, 0) },
+          { { ACT_FAIL, 0, false, false, false, false, false, "not yet sent alone" },
+            { ACT_FAIL, 0, false, false, false, false, false, NULL } },
+          2,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "a suspect that failed alone again is dead-lettered",
+          { { "t", "a", ROW_REPORTED, TOO_LARGE, 0, 0, NULL, true }, SENT("t", "b", OK, 0) },
+          { { ACT_FAIL, 1, true, false, false, false, false, NULL }, FINISH },
+          2,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "rows held back behind a refused row of their key stay untouched",
+          { { "t", "k", ROW_REFUSED, RD_KAFKA_RESP_ERR__QUEUE_FULL, UA, 0, NULL, false },
+            { "t", "k", ROW_HELD, OK, UA, 0, NULL, false },
+            SENT("t", "j", OK, 0) },
+          { RETRY(0), LEAVE, FINISH },
+          3,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "a fatal producer error decides the batch",
+          { SENT("t", "a", FENCED, 0), SENT("t", "b", OK, 0) },
+          { LEAVE, FINISH },
+          2,
+          VERDICT_FATAL,
+          false,
+          0 },
+        { "a key held back before that fails again is the same outage, even alone: no verdict on Kafka",
+          { SENT("t", "held", TIMED_OUT, 1) },
+          { { ACT_FAIL, 0, false, false, true, false, false, NULL } },
+          1,
+          VERDICT_NONE,
+          false,
+          0 },
+        { "a refused row overtaken by a later row of its key is dead-lettered too, never sent late",
+          { SENT("t", "k", NOT_AUTHORIZED, 0), SENT("t", "k", OK, 0) },
+          { { ACT_FAIL, 1, true, false, false, false, true, "would break per-key order" }, FINISH },
+          2,
+          VERDICT_SUCCESS,
+          false,
+          0 },
+        { "a refusal on one partition while the topic's others take rows holds the key, not the topic",
+          { SENT("t", "k", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, 1), SENT("t", "j", OK, 0) },
+          { { ACT_FAIL, 0, false, false, true, false, false, NULL }, FINISH },
+          2,
+          VERDICT_SUCCESS,
+          false,
+          0 },
 };
 
 static void table(void **state) {
@@ -200,8 +306,8 @@ static void table(void **state) {
         pause_set_add(&paused, "t", "held", 0);
         for (size_t c = 0; c < ELEMENTSOF(cases); c++) {
                 const struct table_case *tc = &cases[c];
-                struct batch_rules rules = {.max_attempts = tc->max_attempts ? tc->max_attempts : 10,
-                                            .probe = tc->probe};
+                struct batch_rules rules = { .max_attempts = tc->max_attempts ? tc->max_attempts : 10,
+                                             .probe = tc->probe };
                 struct batch b;
 
                 print_message("# case: %s\n", tc->name);
@@ -212,7 +318,8 @@ static void table(void **state) {
                         const struct batch_row *r = &b.rows[i];
                         const struct want *w = &tc->want[i];
 
-                        print_message("#   row %zu: action %d inc %d dead %d topic %d key %d probe %d overtaken %d: %s\n",
+                        print_message("#   row %zu: action %d inc %d dead %d topic %d key %d probe %d "
+                                      "overtaken %d: %s\n",
                                       i, r->action, r->attempts_inc, r->dead, r->pause_topic, r->pause_key,
                                       r->probe_failed, r->overtaken, r->reason);
                         assert_int_equal(r->action, w->action);
@@ -235,13 +342,13 @@ static void table(void **state) {
 static void may_send(void **state) {
         struct batch b;
         const struct spec rows[] = {
-                {"t", "k", ROW_REFUSED, RD_KAFKA_RESP_ERR__QUEUE_FULL, UA, 0, NULL, false},
-                {"t", "k", ROW_CLAIMED, OK, UA, 0, NULL, false},   /* behind the refused one */
-                {"u", "k", ROW_CLAIMED, OK, UA, 0, NULL, false},   /* same key, other topic */
-                {"t", "j", ROW_CLAIMED, OK, UA, 0, "bad headers", false},
-                {"t", "j", ROW_CLAIMED, OK, UA, 0, NULL, false},   /* behind a dead row: fine */
-                {"t", NULL, ROW_CLAIMED, OK, UA, 0, NULL, false},
-                {"bad topic!", "z", ROW_CLAIMED, OK, UA, 0, NULL, false},
+                { "t", "k", ROW_REFUSED, RD_KAFKA_RESP_ERR__QUEUE_FULL, UA, 0, NULL, false },
+                { "t", "k", ROW_CLAIMED, OK, UA, 0, NULL, false }, /* behind the refused one */
+                { "u", "k", ROW_CLAIMED, OK, UA, 0, NULL, false }, /* same key, other topic */
+                { "t", "j", ROW_CLAIMED, OK, UA, 0, "bad headers", false },
+                { "t", "j", ROW_CLAIMED, OK, UA, 0, NULL, false }, /* behind a dead row: fine */
+                { "t", NULL, ROW_CLAIMED, OK, UA, 0, NULL, false },
+                { "bad topic!", "z", ROW_CLAIMED, OK, UA, 0, NULL, false },
         };
 
         (void)state;
@@ -269,7 +376,7 @@ static void resend_order(void **state) {
                 SENT("t", "n", TOO_LARGE, 0), /* 5: overtaken by 6 */
                 SENT("t", "n", OK, 0),
         };
-        struct batch_rules rules = {.max_attempts = 10};
+        struct batch_rules rules = { .max_attempts = 10 };
 
         (void)state;
         build(&b, rows, ELEMENTSOF(rows));
@@ -303,12 +410,14 @@ static void resend_order(void **state) {
 static void links_hot_keys(void **state) {
         enum { N = 3000 };
         struct batch b;
-        static const char *keys[] = {"a", "b", "c"};
+        static const char *keys[] = { "a", "b", "c" };
 
         (void)state;
         assert_int_equal(batch_init(&b, N), 0);
         for (size_t i = 0; i < N; i++)
-                b.rows[i] = (struct batch_row){.id = (int64_t)i, .topic = i % 2 ? "x" : "y", .key = keys[i % 3]};
+                b.rows[i] = (struct batch_row){ .id = (int64_t)i,
+                                                .topic = i % 2 ? "x" : "y",
+                                                .key = keys[i % 3] };
         assert_int_equal(batch_prepare(&b), 0);
         for (size_t i = 0; i < N; i++) {
                 assert_int_equal(b.rows[i].prev, i >= 6 ? (int)(i - 6) : -1);

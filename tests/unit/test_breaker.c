@@ -10,8 +10,8 @@
 
 #include "breaker.h"
 
-#define MS(x) ((usec_t)(x) * USEC_PER_MSEC)
-#define SEC(x) ((usec_t)(x) * USEC_PER_SEC)
+#define MS(x) ((usec_t)(x)*USEC_PER_MSEC)
+#define SEC(x) ((usec_t)(x)*USEC_PER_SEC)
 
 /* A ratio no full window can reach, to test the consecutive rule alone. */
 #define NO_RATIO 2.0
@@ -178,8 +178,7 @@ static void test_ratio_below_never_opens(void **state) {
         rng_seed(&r, 5);
         assert_int_equal(breaker_init(&b, NO_THRESHOLD, 0.5, 10, SEC(10), SEC(60)), 0);
         for (unsigned i = 0; i < 1000; i++) {
-                assert_int_equal(breaker_record(&b, pattern[i % ELEMENTSOF(pattern)], now, &r),
-                                 BREAKER_NONE);
+                assert_int_equal(breaker_record(&b, pattern[i % ELEMENTSOF(pattern)], now, &r), BREAKER_NONE);
                 now += MS(1);
         }
         assert_int_equal(b.state, BREAKER_CLOSED);
@@ -588,8 +587,7 @@ static void test_init_rejects_bad_window(void **state) {
         assert_int_equal(breaker_init(&b, 3, 0.5, 0, SEC(10), SEC(60)), -EINVAL);
         assert_null(b.ring);
         breaker_done(&b); /* harmless after a failed init */
-        assert_int_equal(breaker_init(&b, 3, 0.5, BREAKER_WINDOW_MAX + 1, SEC(10), SEC(60)),
-                         -EINVAL);
+        assert_int_equal(breaker_init(&b, 3, 0.5, BREAKER_WINDOW_MAX + 1, SEC(10), SEC(60)), -EINVAL);
         assert_null(b.ring);
         assert_int_equal(breaker_init(&b, 3, 0.5, UINT32_MAX, SEC(10), SEC(60)), -EINVAL);
         assert_null(b.ring);

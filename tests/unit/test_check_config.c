@@ -40,7 +40,7 @@ static const char *relay_bin(void) {
 /* Runs bin --check-config -c path without a shell; returns the wait status and the child's
  * stderr (malloc'd). */
 static int run_check_config(const char *path, char **err_out) {
-        const char *argv[] = {relay_bin(), "--check-config", "-c", path, NULL};
+        const char *argv[] = { relay_bin(), "--check-config", "-c", path, NULL };
         posix_spawn_file_actions_t fa;
         char *buf = NULL;
         size_t len = 0, cap = 0;
@@ -164,7 +164,7 @@ int main(void) {
         struct CMUnitTest *tests;
         struct bad_case *cases;
         char pattern[4096];
-        glob_t g = {0};
+        glob_t g = { 0 };
         size_t n = 0;
         int r;
 
@@ -183,15 +183,16 @@ int main(void) {
         tests = calloc(g.gl_pathc + 2, sizeof(*tests));
         if (!cases || !tests)
                 return 1;
-        tests[n++] = (struct CMUnitTest){"sample etc/outbox-relay.conf is valid", test_sample_is_valid, NULL, NULL, NULL};
-        tests[n++] = (struct CMUnitTest){"missing file", test_missing_file, NULL, NULL, NULL};
+        tests[n++] = (struct CMUnitTest){ "sample etc/outbox-relay.conf is valid", test_sample_is_valid, NULL,
+                                          NULL, NULL };
+        tests[n++] = (struct CMUnitTest){ "missing file", test_missing_file, NULL, NULL, NULL };
         for (size_t i = 0; i < g.gl_pathc; i++) {
                 const char *base = strrchr(g.gl_pathv[i], '/');
 
                 if (read_case(g.gl_pathv[i], &cases[i]) < 0)
                         return 1;
-                tests[n++] = (struct CMUnitTest){base ? base + 1 : g.gl_pathv[i], test_bad_file, NULL,
-                                                 NULL, &cases[i]};
+                tests[n++] = (struct CMUnitTest){ base ? base + 1 : g.gl_pathv[i], test_bad_file, NULL, NULL,
+                                                  &cases[i] };
         }
         r = _cmocka_run_group_tests("check_config", tests, n, NULL, NULL);
         for (size_t i = 0; i < g.gl_pathc; i++) {

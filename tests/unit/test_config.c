@@ -272,47 +272,50 @@ static void test_every_key_set(void **state) {
 
 static void test_durations(void **state) {
         static const struct {
-                const char *key;   /* relay.<key> */
+                const char *key; /* relay.<key> */
                 const char *value; /* as written in the file, quotes included */
-                usec_t want;       /* when frag is NULL */
-                const char *frag;  /* expected error fragment */
+                usec_t want; /* when frag is NULL */
+                const char *frag; /* expected error fragment */
         } cases[] = {
-                {"poll_interval", "\"250ms\"", 250 * USEC_PER_MSEC, NULL},
-                {"poll_interval", "\"30s\"", 30 * USEC_PER_SEC, NULL},
-                {"poll_interval", "\"1.5s\"", 1500 * USEC_PER_MSEC, NULL},
-                {"poll_interval", "\"0.25s\"", 250 * USEC_PER_MSEC, NULL},
-                {"poll_interval", "\"5m\"", 300 * USEC_PER_SEC, NULL},
-                {"poll_interval", "\"2min\"", 120 * USEC_PER_SEC, NULL},
-                {"poll_interval", "\"10ms\"", 10 * USEC_PER_MSEC, NULL},
-                {"poll_interval", "\"20000us\"", 20 * USEC_PER_MSEC, NULL},
-                {"batch_timeout", "\"1h\"", 3600 * USEC_PER_SEC, NULL},
-                {"batch_timeout", "\"0.5h\"", 1800 * USEC_PER_SEC, NULL},
-                {"retention", "\"7d\"", 7 * 86400 * USEC_PER_SEC, NULL},
-                {"retention", "\"2h\"", 7200 * USEC_PER_SEC, NULL},
-                {"retention", "\"1.5d\"", 36 * 3600 * USEC_PER_SEC, NULL},
-                {"retention", "\"0\"", 0, NULL},
-                {"retention", "\"0s\"", 0, NULL},
+                { "poll_interval", "\"250ms\"", 250 * USEC_PER_MSEC, NULL },
+                { "poll_interval", "\"30s\"", 30 * USEC_PER_SEC, NULL },
+                { "poll_interval", "\"1.5s\"", 1500 * USEC_PER_MSEC, NULL },
+                { "poll_interval", "\"0.25s\"", 250 * USEC_PER_MSEC, NULL },
+                { "poll_interval", "\"5m\"", 300 * USEC_PER_SEC, NULL },
+                { "poll_interval", "\"2min\"", 120 * USEC_PER_SEC, NULL },
+                { "poll_interval", "\"10ms\"", 10 * USEC_PER_MSEC, NULL },
+                { "poll_interval", "\"20000us\"", 20 * USEC_PER_MSEC, NULL },
+                { "batch_timeout", "\"1h\"", 3600 * USEC_PER_SEC, NULL },
+                { "batch_timeout", "\"0.5h\"", 1800 * USEC_PER_SEC, NULL },
+                { "retention", "\"7d\"", 7 * 86400 * USEC_PER_SEC, NULL },
+                { "retention", "\"2h\"", 7200 * USEC_PER_SEC, NULL },
+                { "retention", "\"1.5d\"", 36 * 3600 * USEC_PER_SEC, NULL },
+                { "retention", "\"0\"", 0, NULL },
+                { "retention", "\"0s\"", 0, NULL },
                 /* errors */
-                {"poll_interval", "5", 0, "relay.poll_interval: must be a duration string such as \"5s\" (got integer 5)"},
-                {"poll_interval", "5L", 0, "must be a duration string such as \"5s\" (got integer 5)"},
-                {"poll_interval", "1.5", 0, "must be a duration string such as \"5s\" (got float 1.5)"},
-                {"poll_interval", "true", 0, "must be a duration string such as \"5s\" (got boolean true)"},
-                {"poll_interval", "\"5\"", 0, "must be a duration such as \"250ms\", \"30s\", \"5m\", \"2h\" or \"7d\" (got \"5\")"},
-                {"poll_interval", "\"5x\"", 0, "(got \"5x\")"},
-                {"poll_interval", "\"5 s\"", 0, "(got \"5 s\")"},
-                {"poll_interval", "\"s\"", 0, "(got \"s\")"},
-                {"poll_interval", "\"\"", 0, "(got \"\")"},
-                {"poll_interval", "\"1.s\"", 0, "(got \"1.s\")"},
-                {"poll_interval", "\"5S\"", 0, "(got \"5S\")"},
-                {"poll_interval", "\"-5s\"", 0, "relay.poll_interval: must not be negative (got \"-5s\")"},
-                {"poll_interval", "\"5ms\"", 0, "relay.poll_interval: must be 10ms..10m (got \"5ms\")"},
-                {"poll_interval", "\"11m\"", 0, "relay.poll_interval: must be 10ms..10m (got \"11m\")"},
-                {"poll_interval", "\"0\"", 0, "relay.poll_interval: must be 10ms..10m (got \"0\")"},
-                {"drain_timeout", "\"0\"", 0, "relay.drain_timeout: must be 1s..1h (got \"0\")"},
-                {"retention", "\"30s\"", 0, "relay.retention: must be \"0\" or 1m..3650d (got \"30s\")"},
-                {"retention", "\"3651d\"", 0, "relay.retention: must be \"0\" or 1m..3650d (got \"3651d\")"},
-                {"retention", "\"99999999999999999999d\"", 0, "relay.retention: is too large"},
-                {"retention", "\"999999999999d\"", 0, "relay.retention: is too large"},
+                { "poll_interval", "5", 0,
+                  "relay.poll_interval: must be a duration string such as \"5s\" (got integer 5)" },
+                { "poll_interval", "5L", 0, "must be a duration string such as \"5s\" (got integer 5)" },
+                { "poll_interval", "1.5", 0, "must be a duration string such as \"5s\" (got float 1.5)" },
+                { "poll_interval", "true", 0, "must be a duration string such as \"5s\" (got boolean true)" },
+                { "poll_interval", "\"5\"", 0,
+                  "must be a duration such as \"250ms\", \"30s\", \"5m\", \"2h\" or \"7d\" (got \"5\")" },
+                { "poll_interval", "\"5x\"", 0, "(got \"5x\")" },
+                { "poll_interval", "\"5 s\"", 0, "(got \"5 s\")" },
+                { "poll_interval", "\"s\"", 0, "(got \"s\")" },
+                { "poll_interval", "\"\"", 0, "(got \"\")" },
+                { "poll_interval", "\"1.s\"", 0, "(got \"1.s\")" },
+                { "poll_interval", "\"5S\"", 0, "(got \"5S\")" },
+                { "poll_interval", "\"-5s\"", 0, "relay.poll_interval: must not be negative (got \"-5s\")" },
+                { "poll_interval", "\"5ms\"", 0, "relay.poll_interval: must be 10ms..10m (got \"5ms\")" },
+                { "poll_interval", "\"11m\"", 0, "relay.poll_interval: must be 10ms..10m (got \"11m\")" },
+                { "poll_interval", "\"0\"", 0, "relay.poll_interval: must be 10ms..10m (got \"0\")" },
+                { "drain_timeout", "\"0\"", 0, "relay.drain_timeout: must be 1s..1h (got \"0\")" },
+                { "retention", "\"30s\"", 0, "relay.retention: must be \"0\" or 1m..3650d (got \"30s\")" },
+                { "retention", "\"3651d\"", 0,
+                  "relay.retention: must be \"0\" or 1m..3650d (got \"3651d\")" },
+                { "retention", "\"99999999999999999999d\"", 0, "relay.retention: is too large" },
+                { "retention", "\"999999999999d\"", 0, "relay.retention: is too large" },
         };
 
         (void)state;
@@ -328,13 +331,12 @@ static void test_durations(void **state) {
                         usec_t got;
 
                         load_ok(text, &c);
-                        got = strcmp(cases[i].key, "poll_interval") == 0   ? c.relay.poll_interval
-                              : strcmp(cases[i].key, "batch_timeout") == 0 ? c.relay.batch_timeout
-                                                                           : c.relay.retention;
+                        got = strcmp(cases[i].key, "poll_interval") == 0     ? c.relay.poll_interval
+                                : strcmp(cases[i].key, "batch_timeout") == 0 ? c.relay.batch_timeout
+                                                                             : c.relay.retention;
                         if (got != cases[i].want)
-                                fail_msg("%s = %s: got %llu us, want %llu us", cases[i].key,
-                                         cases[i].value, (unsigned long long)got,
-                                         (unsigned long long)cases[i].want);
+                                fail_msg("%s = %s: got %llu us, want %llu us", cases[i].key, cases[i].value,
+                                         (unsigned long long)got, (unsigned long long)cases[i].want);
                         config_free(&c);
                 }
         }
@@ -385,8 +387,9 @@ static void test_unreadable_file(void **state) {
         pid = fork();
         assert_true(pid >= 0);
         if (pid == 0) {
-                if (geteuid() == 0 && (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
-                                       setresuid(65534, 65534, 65534) < 0))
+                if (geteuid() == 0 &&
+                    (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+                     setresuid(65534, 65534, 65534) < 0))
                         _exit(77);
                 memset(&c, 0, sizeof(c));
                 r = config_load(path, &c, err, sizeof(err));
@@ -409,8 +412,7 @@ static void test_syntax_errors(void **state) {
         (void)state;
         expect_error("relay = {\n  batch_size = 5;\n  finish = ;\n};\n" KAFKA_OK, 3, "syntax error");
         expect_error("relay {\n};\n", 1, "syntax error"); /* a group needs '=' or ':' */
-        expect_error("relay = { batch_size = 5; };\n\nrelay = { };\n" KAFKA_OK, 3,
-                     "duplicate setting name");
+        expect_error("relay = { batch_size = 5; };\n\nrelay = { };\n" KAFKA_OK, 3, "duplicate setting name");
         expect_error(KAFKA_OK "log = { level = \"info\" \n", 3, "syntax error");
 }
 
@@ -446,8 +448,7 @@ static void test_include(void **state) {
         {
                 char want[512];
 
-                snprintf(want, sizeof(want), "%s:3: relay.batch_size: must be 1..10000 (got 0)",
-                         inc_path);
+                snprintf(want, sizeof(want), "%s:3: relay.batch_size: must be 1..10000 (got 0)", inc_path);
                 assert_string_equal(err, want);
         }
         /* and so does a syntax error there */
@@ -486,7 +487,8 @@ static void test_unknown_settings(void **state) {
 static void test_group_as_scalar(void **state) {
         (void)state;
         expect_error(KAFKA_OK "relay = 5;\n", 2, "relay: must be a group { ... } (got integer 5)");
-        expect_error("retry = \"fast\";\n" KAFKA_OK, 1, "retry: must be a group { ... } (got string \"fast\")");
+        expect_error("retry = \"fast\";\n" KAFKA_OK, 1,
+                     "retry: must be a group { ... } (got string \"fast\")");
         expect_error("kafka = [ \"a\" ];\n", 1, "kafka: must be a group { ... } (got array)");
         expect_error("log = ( 1, \"a\" );\n" KAFKA_OK, 1, "log: must be a group { ... } (got list)");
 }
@@ -505,7 +507,8 @@ static void test_wrong_types(void **state) {
                      "postgres.table: must be a string (got integer 5)");
         expect_error("postgres = { conninfo = [ \"a\" ]; };\n" KAFKA_OK, 1,
                      "postgres.conninfo: must be a string (got array)");
-        expect_error("relay = { finish = 1; };\n" KAFKA_OK, 1, "relay.finish: must be a string (got integer 1)");
+        expect_error("relay = { finish = 1; };\n" KAFKA_OK, 1,
+                     "relay.finish: must be a string (got integer 1)");
         expect_error("log = { level = 7; };\n" KAFKA_OK, 1, "log.level: must be a string (got integer 7)");
         expect_error("breaker = { failure_ratio = \"0.5\"; };\n" KAFKA_OK, 1,
                      "breaker.failure_ratio: must be a number (got string \"0.5\")");
@@ -520,29 +523,40 @@ static void test_int_ranges(void **state) {
                 const char *text;
                 const char *frag; /* NULL: valid */
         } cases[] = {
-                {"relay = {\n batch_size = 0;\n};\n", "relay.batch_size: must be 1..10000 (got 0)"},
-                {"relay = {\n batch_size = 10001;\n};\n", "relay.batch_size: must be 1..10000 (got 10001)"},
-                {"relay = {\n batch_size = -1;\n};\n", "relay.batch_size: must be 1..10000 (got -1)"},
-                {"relay = {\n batch_size = 1;\n};\n", NULL},
-                {"relay = {\n batch_size = 10000;\n};\n", NULL},
-                {"relay = {\n batch_size = 0x10;\n};\n", NULL},
-                {"relay = {\n batch_size = 5000000000L;\n};\n", "relay.batch_size: must be 1..10000 (got 5000000000)"},
+                { "relay = {\n batch_size = 0;\n};\n", "relay.batch_size: must be 1..10000 (got 0)" },
+                { "relay = {\n batch_size = 10001;\n};\n", "relay.batch_size: must be 1..10000 (got 10001)" },
+                { "relay = {\n batch_size = -1;\n};\n", "relay.batch_size: must be 1..10000 (got -1)" },
+                { "relay = {\n batch_size = 1;\n};\n", NULL },
+                { "relay = {\n batch_size = 10000;\n};\n", NULL },
+                { "relay = {\n batch_size = 0x10;\n};\n", NULL },
+                { "relay = {\n batch_size = 5000000000L;\n};\n",
+                  "relay.batch_size: must be 1..10000 (got 5000000000)" },
                 /* libconfig 1.5 silently cuts these to 32 bits (to 1 and 705032704) */
-                {"relay = {\n batch_size = 4294967297;\n};\n", "relay.batch_size: must be 1..10000 (got 4294967297)"},
-                {"relay = {\n batch_size = 0x100000001;\n};\n", "relay.batch_size: must be 1..10000 (got 4294967297)"},
-                {"relay = {\n batch_size = -4294967295;\n};\n", "relay.batch_size: must be 1..10000 (got -4294967295)"},
-                {"relay = {\n batch_size =\n 4294967297;\n};\n", "relay.batch_size: must be 1..10000 (got 4294967297)"},
-                {"relay = {\n batch_size = 99999999999999999999;\n};\n", "relay.batch_size: must be 1..10000 (got an integer beyond 64 bits)"},
-                {"relay = {\n max_attempts = 0;\n};\n", "relay.max_attempts: must be 1..1000 (got 0)"},
-                {"relay = {\n max_attempts = 1001;\n};\n", "relay.max_attempts: must be 1..1000 (got 1001)"},
-                {"breaker = {\n failure_threshold = 0;\n};\n", "breaker.failure_threshold: must be 1..1000 (got 0)"},
-                {"breaker = {\n window = 10001;\n};\n", "breaker.window: must be 1..10000 (got 10001)"},
-                {"breaker = {\n failure_ratio = 0;\n};\n", "breaker.failure_ratio: must be greater than 0 and at most 1 (got 0)"},
-                {"breaker = {\n failure_ratio = 0.0;\n};\n", "breaker.failure_ratio: must be greater than 0 and at most 1 (got 0)"},
-                {"breaker = {\n failure_ratio = 1.5;\n};\n", "breaker.failure_ratio: must be greater than 0 and at most 1 (got 1.5)"},
-                {"breaker = {\n failure_ratio = -0.5;\n};\n", "(got -0.5)"},
-                {"breaker = {\n failure_ratio = 1;\n};\n", NULL},
-                {"breaker = {\n failure_ratio = 0.01;\n};\n", NULL},
+                { "relay = {\n batch_size = 4294967297;\n};\n",
+                  "relay.batch_size: must be 1..10000 (got 4294967297)" },
+                { "relay = {\n batch_size = 0x100000001;\n};\n",
+                  "relay.batch_size: must be 1..10000 (got 4294967297)" },
+                { "relay = {\n batch_size = -4294967295;\n};\n",
+                  "relay.batch_size: must be 1..10000 (got -4294967295)" },
+                { "relay = {\n batch_size =\n 4294967297;\n};\n",
+                  "relay.batch_size: must be 1..10000 (got 4294967297)" },
+                { "relay = {\n batch_size = 99999999999999999999;\n};\n",
+                  "relay.batch_size: must be 1..10000 (got an integer beyond 64 bits)" },
+                { "relay = {\n max_attempts = 0;\n};\n", "relay.max_attempts: must be 1..1000 (got 0)" },
+                { "relay = {\n max_attempts = 1001;\n};\n",
+                  "relay.max_attempts: must be 1..1000 (got 1001)" },
+                { "breaker = {\n failure_threshold = 0;\n};\n",
+                  "breaker.failure_threshold: must be 1..1000 (got 0)" },
+                { "breaker = {\n window = 10001;\n};\n", "breaker.window: must be 1..10000 (got 10001)" },
+                { "breaker = {\n failure_ratio = 0;\n};\n",
+                  "breaker.failure_ratio: must be greater than 0 and at most 1 (got 0)" },
+                { "breaker = {\n failure_ratio = 0.0;\n};\n",
+                  "breaker.failure_ratio: must be greater than 0 and at most 1 (got 0)" },
+                { "breaker = {\n failure_ratio = 1.5;\n};\n",
+                  "breaker.failure_ratio: must be greater than 0 and at most 1 (got 1.5)" },
+                { "breaker = {\n failure_ratio = -0.5;\n};\n", "(got -0.5)" },
+                { "breaker = {\n failure_ratio = 1;\n};\n", NULL },
+                { "breaker = {\n failure_ratio = 0.01;\n};\n", NULL },
         };
 
         (void)state;
@@ -565,22 +579,29 @@ static void test_int64_accepted(void **state) {
         struct relay_config c;
 
         (void)state;
-        load_ok("relay = { batch_size = 2000L; max_attempts = 0x20; };\nbreaker = { window = 30L; };\n" KAFKA_OK, &c);
+        load_ok("relay = { batch_size = 2000L; max_attempts = 0x20; };\nbreaker = { window = 30L; "
+                "};\n" KAFKA_OK,
+                &c);
         assert_int_equal(c.relay.batch_size, 2000);
         assert_int_equal(c.relay.max_attempts, 32);
         assert_int_equal(c.breaker.window, 30);
         config_free(&c);
         /* Same-named settings on one line: each is matched with its own literal. */
-        load_ok("relay = { batch_size = 7; }; kafka = { bootstrap_servers = \"k:1\"; batch_size = 9; };\n", &c);
+        load_ok("relay = { batch_size = 7; }; kafka = { bootstrap_servers = \"k:1\"; batch_size = 9; };\n",
+                &c);
         assert_int_equal(c.relay.batch_size, 7);
         assert_string_equal(c.kafka.props[1].value, "9");
         config_free(&c);
-        expect_error("relay = { batch_size = 7; }; kafka = { bootstrap_servers = \"k:1\"; batch_size = 4294967297; };\n",
+        expect_error("relay = { batch_size = 7; }; kafka = { bootstrap_servers = \"k:1\"; batch_size = "
+                     "4294967297; };\n",
                      1, "kafka.batch_size: must be -2147483648..2147483647 (got 4294967297)");
-        expect_error("kafka = { bootstrap_servers = \"k:1\"; batch_size = 1; }; relay = { batch_size = 4294967297; };\n",
+        expect_error("kafka = { bootstrap_servers = \"k:1\"; batch_size = 1; }; relay = { batch_size = "
+                     "4294967297; };\n",
                      1, "relay.batch_size: must be 1..10000 (got 4294967297)");
         /* a name inside another name or a string is not the setting */
-        load_ok("postgres = { conninfo = \"application_name='max_attempts = 99999999999'\"; }; relay = { max_attempts = 3; };\n" KAFKA_OK, &c);
+        load_ok("postgres = { conninfo = \"application_name='max_attempts = 99999999999'\"; }; relay = { "
+                "max_attempts = 3; };\n" KAFKA_OK,
+                &c);
         assert_int_equal(c.relay.max_attempts, 3);
         config_free(&c);
 }
@@ -590,8 +611,8 @@ static void test_enums(void **state) {
                 const char *level;
                 int want;
         } levels[] = {
-                {"error", LOG_ERR}, {"warning", LOG_WARNING}, {"notice", LOG_NOTICE},
-                {"info", LOG_INFO}, {"debug", LOG_DEBUG},
+                { "error", LOG_ERR }, { "warning", LOG_WARNING }, { "notice", LOG_NOTICE },
+                { "info", LOG_INFO }, { "debug", LOG_DEBUG },
         };
         struct relay_config c;
 
@@ -626,35 +647,35 @@ static void test_identifiers(void **state) {
                 const char *value;
                 bool ok;
         } cases[] = {
-                {"table", "outbox", true},
-                {"table", "public.outbox", true},
-                {"table", "_a1._b2", true},
-                {"table", "Outbox", true},
-                {"table", "a23456789012345678901234567890123456789012345678901234567890123", true},
-                {"table", "a234567890123456789012345678901234567890123456789012345678901234", false},
-                {"table", "", false},
-                {"table", "1abc", false},
-                {"table", "a-b", false},
-                {"table", "a b", false},
-                {"table", "a.b.c", false},
-                {"table", "a.", false},
-                {"table", ".a", false},
-                {"table", "a.1b", false},
-                {"table", "\\\"a\\\"", false},
-                {"table", "o;drop", false},
-                {"table", "t\\u00e9", false},
-                {"channel", "outbox_relay", true},
-                {"channel", "a.b", false},
-                {"channel", "", false},
-                {"channel", "9", false},
+                { "table", "outbox", true },
+                { "table", "public.outbox", true },
+                { "table", "_a1._b2", true },
+                { "table", "Outbox", true },
+                { "table", "a23456789012345678901234567890123456789012345678901234567890123", true },
+                { "table", "a234567890123456789012345678901234567890123456789012345678901234", false },
+                { "table", "", false },
+                { "table", "1abc", false },
+                { "table", "a-b", false },
+                { "table", "a b", false },
+                { "table", "a.b.c", false },
+                { "table", "a.", false },
+                { "table", ".a", false },
+                { "table", "a.1b", false },
+                { "table", "\\\"a\\\"", false },
+                { "table", "o;drop", false },
+                { "table", "t\\u00e9", false },
+                { "channel", "outbox_relay", true },
+                { "channel", "a.b", false },
+                { "channel", "", false },
+                { "channel", "9", false },
         };
 
         (void)state;
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
                 char text[512];
 
-                snprintf(text, sizeof(text), "postgres = {\n  %s = \"%s\";\n};\n" KAFKA_OK,
-                         cases[i].key, cases[i].value);
+                snprintf(text, sizeof(text), "postgres = {\n  %s = \"%s\";\n};\n" KAFKA_OK, cases[i].key,
+                         cases[i].value);
                 if (cases[i].ok) {
                         struct relay_config c;
 
@@ -799,7 +820,8 @@ static void test_kafka_librdkafka_errors(void **state) {
         (void)state;
         expect_error("kafka = {\n  bootstrap_servers = \"k:1\";\n  linger_mss = 5;\n};\n", 3,
                      "kafka.linger_mss: No such configuration property: \"linger.mss\"");
-        expect_error("kafka = {\n  bootstrap_servers = \"k:1\";\n\n  compression_codec = \"brotli\";\n};\n", 4,
+        expect_error("kafka = {\n  bootstrap_servers = \"k:1\";\n\n  compression_codec = \"brotli\";\n};\n",
+                     4,
                      "kafka.compression_codec: Invalid value \"brotli\" for configuration property "
                      "\"compression.codec\"");
         expect_error("kafka = {\n  bootstrap_servers = \"k:1\";\n  linger_ms = \"soon\";\n};\n", 3,
@@ -829,41 +851,50 @@ static void test_kafka_guarantees(void **state) {
                 const char *setting;
                 const char *frag; /* NULL: accepted */
         } cases[] = {
-                {"enable_idempotence = false", "kafka.enable_idempotence: refused: the relay needs the idempotent producer"},
-                {"enable_idempotence = \"0\"", "kafka.enable_idempotence: refused"},
-                {"enable_idempotence = true", NULL},
-                {"acks = 1", "kafka.acks: refused: the relay needs acks=all"},
-                {"acks = 0", "(got \"0\")"},
-                {"request_required_acks = 1", "kafka.request_required_acks: refused: the relay needs acks=all"},
-                {"acks = \"all\"", NULL},
-                {"acks = -1", NULL},
-                {"partitioner = \"random\"", "kafka.partitioner: refused: partitioner random breaks per-key order"},
-                {"partitioner = \"consistent_random\"", NULL},
-                {"partitioner = \"murmur2\"", NULL},
-                {"queuing_strategy = \"lifo\"", "kafka.queuing_strategy: refused: queuing.strategy must be fifo"},
-                {"delivery_report_only_error = true", "kafka.delivery_report_only_error: refused: the relay needs a delivery report"},
-                {"transactional_id = \"relay-1\"", "kafka.transactional_id: refused: the transactional producer is not supported"},
-                {"message_timeout_ms = 0", "kafka.message_timeout_ms: must be 1..54999, below relay.batch_timeout (1m)"},
-                {"message_timeout_ms = 60000", "kafka.message_timeout_ms: must be 1..54999"},
-                {"message_timeout_ms = 55000", "less the 5000 ms kept for the finish"},
-                {"message_timeout_ms = 90000", "(got \"90000\")"},
-                {"delivery_timeout_ms = 0", "kafka.delivery_timeout_ms: must be 1..54999"},
-                {"message_timeout_ms = 54999", NULL},
-                {"message_timeout_ms = 1", NULL},
-                {"max_in_flight = 6", "kafka.max_in_flight: refused: must be 1..5 with the idempotent producer"},
-                {"max_in_flight_requests_per_connection = 100", "kafka.max_in_flight_requests_per_connection: refused"},
-                {"max_in_flight = 5", NULL},
-                {"retries = 0", "kafka.retries: refused: must be at least 1"},
-                {"retries = 10", NULL},
-                {"enabled_events = 1", "kafka.enabled_events: refused: managed by the relay"},
+                { "enable_idempotence = false",
+                  "kafka.enable_idempotence: refused: the relay needs the idempotent producer" },
+                { "enable_idempotence = \"0\"", "kafka.enable_idempotence: refused" },
+                { "enable_idempotence = true", NULL },
+                { "acks = 1", "kafka.acks: refused: the relay needs acks=all" },
+                { "acks = 0", "(got \"0\")" },
+                { "request_required_acks = 1",
+                  "kafka.request_required_acks: refused: the relay needs acks=all" },
+                { "acks = \"all\"", NULL },
+                { "acks = -1", NULL },
+                { "partitioner = \"random\"",
+                  "kafka.partitioner: refused: partitioner random breaks per-key order" },
+                { "partitioner = \"consistent_random\"", NULL },
+                { "partitioner = \"murmur2\"", NULL },
+                { "queuing_strategy = \"lifo\"",
+                  "kafka.queuing_strategy: refused: queuing.strategy must be fifo" },
+                { "delivery_report_only_error = true",
+                  "kafka.delivery_report_only_error: refused: the relay needs a delivery report" },
+                { "transactional_id = \"relay-1\"",
+                  "kafka.transactional_id: refused: the transactional producer is not supported" },
+                { "message_timeout_ms = 0",
+                  "kafka.message_timeout_ms: must be 1..54999, below relay.batch_timeout (1m)" },
+                { "message_timeout_ms = 60000", "kafka.message_timeout_ms: must be 1..54999" },
+                { "message_timeout_ms = 55000", "less the 5000 ms kept for the finish" },
+                { "message_timeout_ms = 90000", "(got \"90000\")" },
+                { "delivery_timeout_ms = 0", "kafka.delivery_timeout_ms: must be 1..54999" },
+                { "message_timeout_ms = 54999", NULL },
+                { "message_timeout_ms = 1", NULL },
+                { "max_in_flight = 6",
+                  "kafka.max_in_flight: refused: must be 1..5 with the idempotent producer" },
+                { "max_in_flight_requests_per_connection = 100",
+                  "kafka.max_in_flight_requests_per_connection: refused" },
+                { "max_in_flight = 5", NULL },
+                { "retries = 0", "kafka.retries: refused: must be at least 1" },
+                { "retries = 10", NULL },
+                { "enabled_events = 1", "kafka.enabled_events: refused: managed by the relay" },
         };
 
         (void)state;
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
                 char text[512];
 
-                snprintf(text, sizeof(text),
-                         "kafka = {\n  bootstrap_servers = \"k:1\";\n  %s;\n};\n", cases[i].setting);
+                snprintf(text, sizeof(text), "kafka = {\n  bootstrap_servers = \"k:1\";\n  %s;\n};\n",
+                         cases[i].setting);
                 if (cases[i].frag)
                         expect_error(text, 3, cases[i].frag);
                 else {
@@ -876,7 +907,9 @@ static void test_kafka_guarantees(void **state) {
         /* message.timeout.ms follows relay.batch_timeout */
         expect_error("relay = { batch_timeout = \"10s\"; };\nkafka = {\n  bootstrap_servers = \"k:1\";\n"
                      "  message_timeout_ms = 10000;\n};\n",
-                     4, "kafka.message_timeout_ms: must be 1..7499, below relay.batch_timeout (10s) less the 2500 ms");
+                     4,
+                     "kafka.message_timeout_ms: must be 1..7499, below relay.batch_timeout (10s) less the "
+                     "2500 ms");
 }
 
 static void test_kafka_bootstrap_required(void **state) {
@@ -905,34 +938,35 @@ static void test_redact_conninfo(void **state) {
         static const struct {
                 const char *in, *want;
         } cases[] = {
-                {"", ""},
-                {"host=db1 dbname=app", "host=db1 dbname=app"},
-                {"host=db1 password=secret user=relay", "host=db1 password=*** user=relay"},
-                {"password=secret", "password=***"},
-                {"host=db1 password = 'se cret' user=x", "host=db1 password = *** user=x"},
-                {"password='it\\'s \\\\ secret' host=h", "password=*** host=h"},
-                {"password=se\\ cret host=h", "password=*** host=h"},
-                {"sslpassword=keypass host=h", "sslpassword=*** host=h"},
-                {"Password=x host=h", "Password=*** host=h"},
-                {"host=h password='unterminated secret", "host=h password=***"},
-                {"host=h  \tpassword=x\tport=5", "host=h  \tpassword=***\tport=5"},
+                { "", "" },
+                { "host=db1 dbname=app", "host=db1 dbname=app" },
+                { "host=db1 password=secret user=relay", "host=db1 password=*** user=relay" },
+                { "password=secret", "password=***" },
+                { "host=db1 password = 'se cret' user=x", "host=db1 password = *** user=x" },
+                { "password='it\\'s \\\\ secret' host=h", "password=*** host=h" },
+                { "password=se\\ cret host=h", "password=*** host=h" },
+                { "sslpassword=keypass host=h", "sslpassword=*** host=h" },
+                { "Password=x host=h", "Password=*** host=h" },
+                { "host=h password='unterminated secret", "host=h password=***" },
+                { "host=h  \tpassword=x\tport=5", "host=h  \tpassword=***\tport=5" },
                 /* a malformed remainder is redacted whole */
-                {"host=h secret", "host=h ***"},
-                {"host=h password=se cret", "host=h password=*** ***"},
+                { "host=h secret", "host=h ***" },
+                { "host=h password=se cret", "host=h password=*** ***" },
                 /* dbname may itself be a connection string that libpq expands */
-                {"dbname='host=h password=secret'", "dbname='host=h password=***'"},
-                {"dbname=postgresql://u:secret@h/db", "dbname='postgresql://u:***@h/db'"},
-                {"postgresql://relay:secret@db1:5432/app", "postgresql://relay:***@db1:5432/app"},
-                {"postgres://relay:secret@db1/app", "postgres://relay:***@db1/app"},
-                {"postgresql://relay@db1/app", "postgresql://relay@db1/app"},
-                {"postgresql://db1:5432/app", "postgresql://db1:5432/app"},
-                {"postgresql://u:secret@h/db?password=x&sslmode=require",
-                 "postgresql://u:***@h/db?password=***&sslmode=require"},
-                {"postgresql:///app?host=/run/pg&password=x", "postgresql:///app?host=/run/pg&password=***"},
-                {"postgresql://h/db?pass%77ord=x", "postgresql://h/db?pass%77ord=***"},
-                {"postgresql://h/db?sslpassword=x", "postgresql://h/db?sslpassword=***"},
-                {"postgresql://u:se/cret@h/db", "postgresql://u:***@h/db"},
-                {"postgresql://u:p%40ss@h/db", "postgresql://u:***@h/db"},
+                { "dbname='host=h password=secret'", "dbname='host=h password=***'" },
+                { "dbname=postgresql://u:secret@h/db", "dbname='postgresql://u:***@h/db'" },
+                { "postgresql://relay:secret@db1:5432/app", "postgresql://relay:***@db1:5432/app" },
+                { "postgres://relay:secret@db1/app", "postgres://relay:***@db1/app" },
+                { "postgresql://relay@db1/app", "postgresql://relay@db1/app" },
+                { "postgresql://db1:5432/app", "postgresql://db1:5432/app" },
+                { "postgresql://u:secret@h/db?password=x&sslmode=require",
+                  "postgresql://u:***@h/db?password=***&sslmode=require" },
+                { "postgresql:///app?host=/run/pg&password=x",
+                  "postgresql:///app?host=/run/pg&password=***" },
+                { "postgresql://h/db?pass%77ord=x", "postgresql://h/db?pass%77ord=***" },
+                { "postgresql://h/db?sslpassword=x", "postgresql://h/db?sslpassword=***" },
+                { "postgresql://u:se/cret@h/db", "postgresql://u:***@h/db" },
+                { "postgresql://u:p%40ss@h/db", "postgresql://u:***@h/db" },
         };
         char buf[256];
 
@@ -996,10 +1030,13 @@ static void test_conninfo_errors_hide_password(void **state) {
         {
                 struct relay_config c;
 
-                load_ok("postgres = { conninfo = \"host=db1 password='a b' sslmode=disable\"; };\n" KAFKA_OK, &c);
+                load_ok("postgres = { conninfo = \"host=db1 password='a b' sslmode=disable\"; };\n" KAFKA_OK,
+                        &c);
                 assert_string_equal(c.postgres.conninfo, "host=db1 password='a b' sslmode=disable");
                 config_free(&c);
-                load_ok("postgres = { conninfo = \"postgresql://u:pw@db1:5433/app?sslmode=disable\"; };\n" KAFKA_OK, &c);
+                load_ok("postgres = { conninfo = \"postgresql://u:pw@db1:5433/app?sslmode=disable\"; "
+                        "};\n" KAFKA_OK,
+                        &c);
                 config_free(&c);
         }
 }
@@ -1010,67 +1047,82 @@ static void test_conninfo_check(void **state) {
                 const char *in;
                 const char *want; /* NULL: accepted; else the whole message */
         } cases[] = {
-                {"", NULL},
-                {"host=db1 dbname=app", NULL},
-                {"host=db1 port=5432", NULL},
-                {"host=db1 port=1", NULL},
-                {"host=db1 port=65535", NULL},
-                {"host=db1 port=' 5432 '", NULL}, /* libpq skips white space around a number */
-                {"host=db1 port=''", NULL},       /* empty: the default port */
-                {"host=a,b port=5432", NULL},     /* one port for every host */
-                {"host=a,b port=5432,5433", NULL},
-                {"host=a,b port=5432,", NULL}, /* an empty element is the default port */
-                {"hostaddr=10.0.0.1,10.0.0.2 port=1,2", NULL},
-                {"host=a,b hostaddr=10.0.0.1,10.0.0.2", NULL},
-                {"postgresql://u:pw@127.0.0.1:5433/x", NULL},
-                {"postgresql://h1:5432,h2:5433/db", NULL},
-                {"postgresql://h1,h2/db", NULL},
-                {"postgresql://h/db?port=", NULL},
-                {"connect_timeout=10 keepalives=1 keepalives_idle=30 keepalives_interval=5 "
-                 "keepalives_count=3 tcp_user_timeout=10000",
-                 NULL},
-                {"connect_timeout=-1", NULL}, /* libpq: no timeout */
-                {"host=db1 port=notaport",
-                 "invalid connection string: port must be 1..65535 (got \"host=db1 port=notaport\")"},
-                {"postgresql://u:pw@127.0.0.1:notaport/x",
-                 "invalid connection string: port must be 1..65535 (got "
-                 "\"postgresql://u:***@127.0.0.1:notaport/x\")"},
-                {"postgresql://h/db?port=x&password=pw",
-                 "invalid connection string: port must be 1..65535 (got "
-                 "\"postgresql://h/db?port=x&password=***\")"},
-                {"host=db1 port=0", "invalid connection string: port must be 1..65535 (got \"host=db1 port=0\")"},
-                {"host=db1 port=65536", "invalid connection string: port must be 1..65535 (got \"host=db1 port=65536\")"},
-                {"host=db1 port=-1", "invalid connection string: port must be 1..65535 (got \"host=db1 port=-1\")"},
-                {"host=db1 port=5432x", "invalid connection string: port must be 1..65535 (got \"host=db1 port=5432x\")"},
-                {"host=db1 port=' '", "invalid connection string: port must be 1..65535 (got \"host=db1 port=' '\")"},
-                {"host=db1 port=99999999999",
-                 "invalid connection string: port must be 1..65535 (got \"host=db1 port=99999999999\")"},
-                {"host=a,b port=5432,x", "invalid connection string: port must be 1..65535 (got \"host=a,b port=5432,x\")"},
-                {"postgresql://h1:5432,h2:x/db",
-                 "invalid connection string: port must be 1..65535 (got \"postgresql://h1:5432,h2:x/db\")"},
-                {"host=a,b,c port=1,2",
-                 "invalid connection string: 2 ports for 3 hosts; give one port, or one per host (got "
-                 "\"host=a,b,c port=1,2\")"},
-                {"host=a port=1,",
-                 "invalid connection string: 2 ports for 1 hosts; give one port, or one per host (got "
-                 "\"host=a port=1,\")"},
-                {"hostaddr=10.0.0.1,10.0.0.2 host=a",
-                 "invalid connection string: 1 host names for 2 hostaddr values; give one per address "
-                 "(got \"hostaddr=10.0.0.1,10.0.0.2 host=a\")"},
-                {"host=db1 connect_timeout=10s",
-                 "invalid connection string: connect_timeout must be an integer (got \"host=db1 "
-                 "connect_timeout=10s\")"},
-                {"keepalives=yes", "invalid connection string: keepalives must be an integer (got \"keepalives=yes\")"},
-                {"keepalives_idle=''", "invalid connection string: keepalives_idle must be an integer (got \"keepalives_idle=''\")"},
-                {"keepalives_interval=x", "invalid connection string: keepalives_interval must be an integer (got \"keepalives_interval=x\")"},
-                {"keepalives_count=1.5", "invalid connection string: keepalives_count must be an integer (got \"keepalives_count=1.5\")"},
-                {"password=pw tcp_user_timeout=5000000000",
-                 "invalid connection string: tcp_user_timeout must be an integer (got \"password=*** "
-                 "tcp_user_timeout=5000000000\")"},
+                { "", NULL },
+                { "host=db1 dbname=app", NULL },
+                { "host=db1 port=5432", NULL },
+                { "host=db1 port=1", NULL },
+                { "host=db1 port=65535", NULL },
+                { "host=db1 port=' 5432 '", NULL }, /* libpq skips white space around a number */
+                { "host=db1 port=''", NULL }, /* empty: the default port */
+                { "host=a,b port=5432", NULL }, /* one port for every host */
+                { "host=a,b port=5432,5433", NULL },
+                { "host=a,b port=5432,", NULL }, /* an empty element is the default port */
+                { "hostaddr=10.0.0.1,10.0.0.2 port=1,2", NULL },
+                { "host=a,b hostaddr=10.0.0.1,10.0.0.2", NULL },
+                { "postgresql://u:pw@127.0.0.1:5433/x", NULL },
+                { "postgresql://h1:5432,h2:5433/db", NULL },
+                { "postgresql://h1,h2/db", NULL },
+                { "postgresql://h/db?port=", NULL },
+                { "connect_timeout=10 keepalives=1 keepalives_idle=30 keepalives_interval=5 "
+                  "keepalives_count=3 tcp_user_timeout=10000",
+                  NULL },
+                { "connect_timeout=-1", NULL }, /* libpq: no timeout */
+                { "host=db1 port=notaport",
+                  "invalid connection string: port must be 1..65535 (got \"host=db1 port=notaport\")" },
+                { "postgresql://u:pw@127.0.0.1:notaport/x",
+                  "invalid connection string: port must be 1..65535 (got "
+                  "\"postgresql://u:***@127.0.0.1:notaport/x\")" },
+                { "postgresql://h/db?port=x&password=pw",
+                  "invalid connection string: port must be 1..65535 (got "
+                  "\"postgresql://h/db?port=x&password=***\")" },
+                { "host=db1 port=0",
+                  "invalid connection string: port must be 1..65535 (got \"host=db1 port=0\")" },
+                { "host=db1 port=65536",
+                  "invalid connection string: port must be 1..65535 (got \"host=db1 port=65536\")" },
+                { "host=db1 port=-1",
+                  "invalid connection string: port must be 1..65535 (got \"host=db1 port=-1\")" },
+                { "host=db1 port=5432x",
+                  "invalid connection string: port must be 1..65535 (got \"host=db1 port=5432x\")" },
+                { "host=db1 port=' '",
+                  "invalid connection string: port must be 1..65535 (got \"host=db1 port=' '\")" },
+                { "host=db1 port=99999999999",
+                  "invalid connection string: port must be 1..65535 (got \"host=db1 port=99999999999\")" },
+                { "host=a,b port=5432,x",
+                  "invalid connection string: port must be 1..65535 (got \"host=a,b port=5432,x\")" },
+                { "postgresql://h1:5432,h2:x/db",
+                  "invalid connection string: port must be 1..65535 (got \"postgresql://h1:5432,h2:x/db\")" },
+                { "host=a,b,c port=1,2",
+                  "invalid connection string: 2 ports for 3 hosts; give one port, or one per host (got "
+                  "\"host=a,b,c port=1,2\")" },
+                { "host=a port=1,",
+                  "invalid connection string: 2 ports for 1 hosts; give one port, or one per host (got "
+                  "\"host=a port=1,\")" },
+                { "hostaddr=10.0.0.1,10.0.0.2 host=a",
+                  "invalid connection string: 1 host names for 2 hostaddr values; give one per address "
+                  "(got \"hostaddr=10.0.0.1,10.0.0.2 host=a\")" },
+                { "host=db1 connect_timeout=10s",
+                  "invalid connection string: connect_timeout must be an integer (got \"host=db1 "
+                  "connect_timeout=10s\")" },
+                { "keepalives=yes",
+                  "invalid connection string: keepalives must be an integer (got \"keepalives=yes\")" },
+                { "keepalives_idle=''",
+                  "invalid connection string: keepalives_idle must be an integer (got "
+                  "\"keepalives_idle=''\")" },
+                { "keepalives_interval=x",
+                  "invalid connection string: keepalives_interval must be an integer (got "
+                  "\"keepalives_interval=x\")" },
+                { "keepalives_count=1.5",
+                  "invalid connection string: keepalives_count must be an integer (got "
+                  "\"keepalives_count=1.5\")" },
+                { "password=pw tcp_user_timeout=5000000000",
+                  "invalid connection string: tcp_user_timeout must be an integer (got \"password=*** "
+                  "tcp_user_timeout=5000000000\")" },
                 /* what libpq's parser refuses is reported as before */
-                {"host=x bogus=1",
-                 "invalid connection string: invalid connection option \"bogus\" (got \"host=x bogus=***\")"},
-                {"host=db1 password='pw", "invalid connection string (in a password value) (got \"host=db1 password=***\")"},
+                { "host=x bogus=1",
+                  "invalid connection string: invalid connection option \"bogus\" (got \"host=x "
+                  "bogus=***\")" },
+                { "host=db1 password='pw",
+                  "invalid connection string (in a password value) (got \"host=db1 password=***\")" },
         };
 
         (void)state;
@@ -1086,10 +1138,13 @@ static void test_conninfo_check(void **state) {
                                  cases[i].want);
         }
         /* at load time, with the setting's line, and never the password */
-        expect_error("postgres = {\n  conninfo = \"postgresql://u:hunter2@127.0.0.1:notaport/x\";\n};\n" KAFKA_OK, 2,
-                     "postgres.conninfo: invalid connection string: port must be 1..65535 (got "
-                     "\"postgresql://u:***@127.0.0.1:notaport/x\")");
-        expect_error("postgres = {\n  conninfo = \"host=db1 password=hunter2 port=notaport\";\n};\n" KAFKA_OK, 2,
+        expect_error(
+                "postgres = {\n  conninfo = \"postgresql://u:hunter2@127.0.0.1:notaport/x\";\n};\n" KAFKA_OK,
+                2,
+                "postgres.conninfo: invalid connection string: port must be 1..65535 (got "
+                "\"postgresql://u:***@127.0.0.1:notaport/x\")");
+        expect_error("postgres = {\n  conninfo = \"host=db1 password=hunter2 port=notaport\";\n};\n" KAFKA_OK,
+                     2,
                      "postgres.conninfo: invalid connection string: port must be 1..65535 (got "
                      "\"host=db1 password=*** port=notaport\")");
 }
@@ -1150,13 +1205,13 @@ static void test_kafka_probe(void **state) {
 
 /* ---- SIGHUP: restart-only settings -------------------------------------------------------- */
 
-#define RUNNING_CONF                                                                               \
-        "postgres = { conninfo = \"host=db1\"; table = \"s.outbox\"; channel = \"ch1\"; };\n"     \
-        "relay = { batch_timeout = \"30s\"; batch_size = 10; };\n"                                \
+#define RUNNING_CONF                                                                          \
+        "postgres = { conninfo = \"host=db1\"; table = \"s.outbox\"; channel = \"ch1\"; };\n" \
+        "relay = { batch_timeout = \"30s\"; batch_size = 10; };\n"                            \
         "kafka = { bootstrap_servers = \"k1:9092\"; linger_ms = 7; };\n"
-#define NEXT_CONF                                                                                  \
-        "postgres = { conninfo = \"host=db2\"; table = \"s.outbox2\"; channel = \"ch1\"; };\n"    \
-        "relay = { batch_timeout = \"40s\"; batch_size = 20; };\n"                                \
+#define NEXT_CONF                                                                              \
+        "postgres = { conninfo = \"host=db2\"; table = \"s.outbox2\"; channel = \"ch1\"; };\n" \
+        "relay = { batch_timeout = \"40s\"; batch_size = 20; };\n"                             \
         "kafka = { bootstrap_servers = \"k2:9092\"; };\n"
 
 static void test_keep_restart_only(void **state) {

@@ -23,9 +23,8 @@ static void check_cases(const struct classify_case *cases, size_t n) {
                 enum outcome got = message_classify(cases[i].err);
 
                 if (got != cases[i].expected)
-                        fail_msg("message_classify(%s) = %s, expected %s",
-                                 rd_kafka_err2name(cases[i].err), outcome_to_string(got),
-                                 outcome_to_string(cases[i].expected));
+                        fail_msg("message_classify(%s) = %s, expected %s", rd_kafka_err2name(cases[i].err),
+                                 outcome_to_string(got), outcome_to_string(cases[i].expected));
         }
 }
 
@@ -36,9 +35,9 @@ static void test_classify_ok(void **state) {
 
 static void test_classify_permanent(void **state) {
         static const struct classify_case cases[] = {
-                {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, OUTCOME_PERMANENT},
-                {RD_KAFKA_RESP_ERR_INVALID_RECORD, OUTCOME_PERMANENT},
-                {RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE, OUTCOME_PERMANENT},
+                { RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, OUTCOME_PERMANENT },
+                { RD_KAFKA_RESP_ERR_INVALID_RECORD, OUTCOME_PERMANENT },
+                { RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE, OUTCOME_PERMANENT },
         };
 
         (void)state;
@@ -47,9 +46,9 @@ static void test_classify_permanent(void **state) {
 
 static void test_classify_config(void **state) {
         static const struct classify_case cases[] = {
-                {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, OUTCOME_CONFIG},
-                {RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC, OUTCOME_CONFIG},
-                {RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, OUTCOME_CONFIG},
+                { RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, OUTCOME_CONFIG },
+                { RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC, OUTCOME_CONFIG },
+                { RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, OUTCOME_CONFIG },
         };
 
         (void)state;
@@ -58,8 +57,8 @@ static void test_classify_config(void **state) {
 
 static void test_classify_fatal(void **state) {
         static const struct classify_case cases[] = {
-                {RD_KAFKA_RESP_ERR__FATAL, OUTCOME_FATAL},
-                {RD_KAFKA_RESP_ERR__FENCED, OUTCOME_FATAL},
+                { RD_KAFKA_RESP_ERR__FATAL, OUTCOME_FATAL },
+                { RD_KAFKA_RESP_ERR__FENCED, OUTCOME_FATAL },
         };
 
         (void)state;
@@ -68,16 +67,16 @@ static void test_classify_fatal(void **state) {
 
 static void test_classify_transient(void **state) {
         static const struct classify_case cases[] = {
-                {RD_KAFKA_RESP_ERR__MSG_TIMED_OUT, OUTCOME_TRANSIENT},
-                {RD_KAFKA_RESP_ERR__TRANSPORT, OUTCOME_TRANSIENT},
-                {RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS, OUTCOME_TRANSIENT},
-                {RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT, OUTCOME_TRANSIENT},
-                {RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE, OUTCOME_TRANSIENT},
-                {RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, OUTCOME_TRANSIENT},
-                {RD_KAFKA_RESP_ERR__PURGE_QUEUE, OUTCOME_TRANSIENT},
-                {RD_KAFKA_RESP_ERR__PURGE_INFLIGHT, OUTCOME_TRANSIENT},
-                {RD_KAFKA_RESP_ERR__QUEUE_FULL, OUTCOME_TRANSIENT},
-                {RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN, OUTCOME_TRANSIENT},
+                { RD_KAFKA_RESP_ERR__MSG_TIMED_OUT, OUTCOME_TRANSIENT },
+                { RD_KAFKA_RESP_ERR__TRANSPORT, OUTCOME_TRANSIENT },
+                { RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS, OUTCOME_TRANSIENT },
+                { RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT, OUTCOME_TRANSIENT },
+                { RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE, OUTCOME_TRANSIENT },
+                { RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, OUTCOME_TRANSIENT },
+                { RD_KAFKA_RESP_ERR__PURGE_QUEUE, OUTCOME_TRANSIENT },
+                { RD_KAFKA_RESP_ERR__PURGE_INFLIGHT, OUTCOME_TRANSIENT },
+                { RD_KAFKA_RESP_ERR__QUEUE_FULL, OUTCOME_TRANSIENT },
+                { RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN, OUTCOME_TRANSIENT },
         };
 
         (void)state;
@@ -97,7 +96,8 @@ static void test_topic_names(void **state) {
         assert_null(message_topic_invalid(longest));
         longest[249] = 'a';
         longest[250] = 0;
-        assert_string_equal(message_topic_invalid(longest), "a topic name may be at most 249 characters long");
+        assert_string_equal(message_topic_invalid(longest),
+                            "a topic name may be at most 249 characters long");
         assert_string_equal(message_topic_invalid(""), "a topic name must not be empty");
         assert_string_equal(message_topic_invalid("."), "a topic name cannot be '.' or '..'");
         assert_string_equal(message_topic_invalid(".."), "a topic name cannot be '.' or '..'");
@@ -122,8 +122,10 @@ static void test_client_error_level(void **state) {
         assert_int_equal(message_client_error_level(RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS), 6);
         assert_int_equal(message_client_error_level(RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN), 4);
         assert_int_equal(message_client_error_level(RD_KAFKA_RESP_ERR__TRANSPORT), 4);
-        assert_int_equal(message_log_level(4, "GETPID", "Failed to acquire idempotence PID from broker "
-                                                        "b/1: Broker: Coordinator load in progress: retrying"), 6);
+        assert_int_equal(message_log_level(4, "GETPID",
+                                           "Failed to acquire idempotence PID from broker "
+                                           "b/1: Broker: Coordinator load in progress: retrying"),
+                         6);
         assert_int_equal(message_log_level(4, "GETPID", "something else"), 4);
         assert_int_equal(message_log_level(4, "FAIL", "Coordinator load in progress"), 4);
         assert_int_equal(message_log_level(0, "X", "y"), 3);
@@ -141,8 +143,8 @@ static void test_outcome_to_string(void **state) {
 }
 
 /* Asserts that header `idx` of `h` is exactly name=value (value_len bytes). */
-static void check_header(const rd_kafka_headers_t *h, size_t idx, const char *name,
-                         const char *value, size_t value_len) {
+static void check_header(const rd_kafka_headers_t *h, size_t idx, const char *name, const char *value,
+                         size_t value_len) {
         const char *got_name = NULL;
         const void *got_value = NULL;
         size_t got_size = (size_t)-1;

@@ -19,14 +19,14 @@ struct update_case {
 };
 
 static const struct update_case updates[] = {
-        {"alone", {4}, 1, 4, 1, 0},
-        {"first of three", {0, 7, 3}, 3, 0, 3, 0},
-        {"middle of three, any order", {7, 0, 3}, 3, 3, 3, 1},
-        {"last of three", {3, 0, 7}, 3, 7, 3, 2},
-        {"gaps in the slots do not matter", {2, 90, 1000}, 3, 90, 3, 1},
-        {"our own slot not yet in the view: counted in", {1, 5}, 2, 3, 3, 1},
-        {"nobody seen, not even us", {0}, 0, 9, 1, 0},
-        {"a slot listed twice counts once", {1, 1, 2}, 3, 2, 2, 1},
+        { "alone", { 4 }, 1, 4, 1, 0 },
+        { "first of three", { 0, 7, 3 }, 3, 0, 3, 0 },
+        { "middle of three, any order", { 7, 0, 3 }, 3, 3, 3, 1 },
+        { "last of three", { 3, 0, 7 }, 3, 7, 3, 2 },
+        { "gaps in the slots do not matter", { 2, 90, 1000 }, 3, 90, 3, 1 },
+        { "our own slot not yet in the view: counted in", { 1, 5 }, 2, 3, 3, 1 },
+        { "nobody seen, not even us", { 0 }, 0, 9, 1, 0 },
+        { "a slot listed twice counts once", { 1, 1, 2 }, 3, 2, 2, 1 },
 };
 
 static void update_table(void **state) {
@@ -47,7 +47,7 @@ static void update_table(void **state) {
 
 static void update_says_when_the_part_changed(void **state) {
         struct share s;
-        const int two[] = {1, 2}, three[] = {1, 2, 3};
+        const int two[] = { 1, 2 }, three[] = { 1, 2, 3 };
 
         (void)state;
         share_init(&s);
@@ -59,8 +59,8 @@ static void update_says_when_the_part_changed(void **state) {
 
 /* The parts of all relays cover every bucket exactly once. */
 static void parts_cover_every_bucket_once(void **state) {
-        const int slots[] = {11, 4, 8};
-        unsigned owners[SHARE_BUCKETS] = {0};
+        const int slots[] = { 11, 4, 8 };
+        unsigned owners[SHARE_BUCKETS] = { 0 };
 
         (void)state;
         for (size_t r = 0; r < ELEMENTSOF(slots); r++) {
@@ -93,7 +93,7 @@ static void alone_claims_everything(void **state) {
 /* Once a second every bucket, so a stuck relay's part is never left alone; and right after our
  * part came back short, but not twice in a row. */
 static void rescues(void **state) {
-        const int slots[] = {1, 2};
+        const int slots[] = { 1, 2 };
         struct share s;
         struct share_filter f;
 
