@@ -222,78 +222,64 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
  * (released by commit, rollback or the session's end: no leases, nothing to clean up), and only
  * in the buckets this relay's part covers. The bucket of a row with a key is a hash of (topic,
  * key) that every relay computes alike, in the server; a row without a key carries no order and
- * takes the bucket of its id. The lock is tried in the filter of the id-order walk, so only for
- * rows the walk reaches before the batch is full. A relay whose part is all held by others must
- * not read the whole backlog to find that out: the walk stops `depth` pending rows in.
+ * takes the bucket of its id.
+ *
+ * The locks are taken before any row, each bucket once: first the head (the first `depth`
+ * pending rows, then those of our part; never the whole backlog), then one try per distinct
+ * bucket of the head, then the head's rows of the buckets we got, in id order. A lock tried row
+ * by row in the walk's filter is not enough: the holder can commit in the middle of the walk, so
+ * the bucket is refused at a key's earlier rows and granted at a later one, which then goes
+ * first (seen with three relays). Tried once, a bucket refused gives none of its rows.
+ *
  * Since every row comes with its bucket's lock, no other relay can hold a row lock on it, and
  * the rows are locked with a plain FOR UPDATE, not SKIP LOCKED: a row locked by something else
  * (a program holding outbox rows) is waited for (statement_timeout bounds it) instead of
  * skipped, which could let a later row of its key go first. */
 #define BUCKET_EXPR                                                \
         "((CASE WHEN o.key IS NULL THEN hashint8extended(o.id, 0)" \
-        " ELSE hashtextextended(o.topic || E'\\x1f' || o.key, 0) END) & %d)::int4"
-/* One CASE, so the lock is tried only for rows of our part (the planner may reorder ANDs). */
-static const char order_fmt[] = " AND CASE WHEN " BUCKET_EXPR " %% $%d::int4 = $%d::int4"
-                                " THEN pg_try_advisory_xact_lock($%d::int4, " BUCKET_EXPR ") ELSE false END";
-static const char depth_fmt[] =
-        " AND o.id <= coalesce((SELECT p.id FROM %s p WHERE p.published_at IS NULL AND p.dead_at IS NULL"
-        "  ORDER BY p.id OFFSET $%d::int8 LIMIT 1), 9223372036854775807)";
+        " ELSE hashtextextended(o.topic || E'\\x1f' || o.key, 0) END) & 255)::int4"
+#define ORDERED_ROWS                                                                            \
+        " {columns} FROM {table} o"                                                             \
+        " WHERE o.id = ANY(ARRAY(SELECT h.id FROM head h WHERE h.b IN (SELECT m.b FROM mine m)" \
+        "  ORDER BY h.id LIMIT $1))"                                                            \
+        "   AND o.published_at IS NULL AND o.dead_at IS NULL"                                   \
+        " ORDER BY o.id LIMIT $1 FOR UPDATE"
+/* Nothing paused: $2 modulus, $3 residue, $4 depth, $5 lock class. */
+static const char claim_ordered_tmpl[] =
+        "WITH head(id, b) AS MATERIALIZED ("
+        "  SELECT o.id, " BUCKET_EXPR " FROM {table} o WHERE o.published_at IS NULL AND o.dead_at IS NULL"
+        "   AND o.id <= coalesce((SELECT p.id FROM {table} p WHERE p.published_at IS NULL AND p.dead_at IS "
+        "NULL"
+        "    ORDER BY p.id OFFSET $4::int8 LIMIT 1), 9223372036854775807)"
+        "   AND " BUCKET_EXPR " % $2::int4 = $3::int4"
+        "  ORDER BY o.id LIMIT $4::int8),"
+        " mine(b) AS MATERIALIZED (SELECT d.b FROM (SELECT DISTINCT h.b FROM head h) d"
+        "  WHERE pg_try_advisory_xact_lock($5::int4, d.b))" ORDERED_ROWS;
+/* Something paused: claim_skip_tmpl's candidates, then $6 modulus, $7 residue, $8 lock class. */
+static const char claim_skip_ordered_tail[] =
+        ", head(id, b) AS MATERIALIZED ("
+        "  SELECT o.id, " BUCKET_EXPR " FROM {table} o"
+        "   WHERE o.id = ANY(ARRAY(SELECT c.id FROM cand c ORDER BY c.id LIMIT $5::int8))"
+        "   AND o.published_at IS NULL AND o.dead_at IS NULL AND " BUCKET_EXPR " % $6::int4 = $7::int4),"
+        " mine(b) AS MATERIALIZED (SELECT d.b FROM (SELECT DISTINCT h.b FROM head h) d"
+        "  WHERE pg_try_advisory_xact_lock($8::int4, d.b))" ORDERED_ROWS;
 
-/* `sql` with its last " FOR UPDATE SKIP LOCKED" turned into " FOR UPDATE". */
-static void wait_for_row_locks(char *sql) {
-        char *at = NULL, *c = sql;
-
-        while (c && (c = strstr(c, " FOR UPDATE SKIP LOCKED")))
-                at = c++;
-        if (at)
-                memmove(at + strlen(" FOR UPDATE"), at + strlen(" FOR UPDATE SKIP LOCKED"),
-                        strlen(at + strlen(" FOR UPDATE SKIP LOCKED")) + 1);
-}
-
-/* `sql` with `extra` put before its last " ORDER BY o.id LIMIT $1". */
-static char *sql_insert_filter(const char *sql, const char *extra) {
-        const char *at = NULL, *c = sql, *needle = " ORDER BY o.id LIMIT $1";
-        char *out = NULL;
-
-        if (!sql || !extra)
-                return NULL;
-        while ((c = strstr(c, needle)))
-                at = c++;
-        if (!at || asprintf(&out, "%.*s%s%s", (int)(at - sql), sql, extra, at) < 0)
-                return NULL;
-        return out;
-}
-
-/* The claim forms of ordering = "key": the plain one takes $2 modulus, $3 residue, $4 depth,
- * $5 lock class; the paused one $6 modulus, $7 residue, $8 lock class after its own five. */
-static int order_claims(struct pg *pg, const char *table) {
-        _cleanup_free_ char *plain = NULL, *skip = NULL, *depth = NULL;
+static int order_claims(struct pg *pg, const char *table, const char *cols) {
+        const char *final = strstr(claim_skip_tmpl, " {columns} FROM {table} o");
+        _cleanup_free_ char *skip_tmpl = NULL;
         char *a, *b;
 
-        if (asprintf(&plain, order_fmt, SHARE_BUCKETS - 1, 2, 3, 5, SHARE_BUCKETS - 1) < 0 ||
-            asprintf(&skip, order_fmt, SHARE_BUCKETS - 1, 6, 7, 8, SHARE_BUCKETS - 1) < 0) {
-                plain = skip = NULL;
+        if (!final ||
+            asprintf(&skip_tmpl, "%.*s%s", (int)(final - claim_skip_tmpl), claim_skip_tmpl,
+                     claim_skip_ordered_tail) < 0)
                 return -ENOMEM;
-        }
-        if (asprintf(&depth, depth_fmt, table, 4) < 0) {
-                depth = NULL;
-                return -ENOMEM;
-        }
-        {
-                _cleanup_free_ char *both = NULL;
-
-                if (asprintf(&both, "%s%s", plain, depth) < 0)
-                        return -ENOMEM;
-                a = sql_insert_filter(pg->sql_claim, both);
-        }
-        b = sql_insert_filter(pg->sql_claim_skip, skip);
+        a = sql_expand(claim_ordered_tmpl, table, cols);
+        b = sql_expand(skip_tmpl, table, cols);
         if (!a || !b) {
                 free(a);
                 free(b);
                 return -ENOMEM;
         }
-        wait_for_row_locks(a);
-        wait_for_row_locks(b);
         free(pg->sql_claim);
         free(pg->sql_claim_skip);
         pg->sql_claim = a;
@@ -318,6 +304,11 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
                 _cleanup_free_ char *cols = cols_fmt ? sql_printf(cols_fmt, NULL, NULL) : NULL;
 
                 pg->sql_claim_skip = cols ? sql_expand(claim_skip_tmpl, table, cols) : NULL;
+                if (pg->sql_claim_skip && cfg->relay.ordering == ORDERING_KEY &&
+                    order_claims(pg, table, cols) < 0) {
+                        pg_done(pg);
+                        return -ENOMEM;
+                }
         }
         pg->sql_delete = sql_printf(delete_fmt, table, NULL);
         pg->sql_mark = sql_printf(mark_fmt, table, NULL);
@@ -339,8 +330,7 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
                 pg->sql_leader = sql_printf(leader_fmt, lit, NULL);
         }
         if (!pg->sql_claim || !pg->sql_claim_skip || !pg->sql_delete || !pg->sql_mark || !pg->sql_fail ||
-            !pg->sql_retention || !pg->sql_lag || !pg->sql_listen || !pg->sql_leader ||
-            (cfg->relay.ordering == ORDERING_KEY && order_claims(pg, table) < 0)) {
+            !pg->sql_retention || !pg->sql_lag || !pg->sql_listen || !pg->sql_leader) {
                 pg_done(pg);
                 return -ENOMEM;
         }
