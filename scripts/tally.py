@@ -2,7 +2,7 @@
 # tally.py -- Counts one `meson test` run from its testlog.json: TAP cases passed, failed and never
 # run, and test programs ok and failed, against the programs the meson files define.
 #
-#   tally.py [--label NAME] [--suite S]... [--rc N] [--counts FILE] BUILD_DIR
+#   tally.py [--label NAME] [--suite S]... [--no-suite S]... [--rc N] [--counts FILE] BUILD_DIR
 #
 # Prints what failed, then one line
 #   NAME: P cases passed, F failed, R not run (programs: O ok, X failed)
@@ -31,10 +31,12 @@ PLAN = re.compile(r'^1\.\.(\d+)\s*(?:#\s*(.*))?$')
 CASE = re.compile(r'^(not\s+)?ok\b\s*(\d+)?[^#]*(?:#\s*(\S+))?')
 
 
-def expected_programs(build, suites):
+def expected_programs(build, suites, no_suites=()):
     cmd = ['meson', 'test', '-C', build, '--list', '--no-rebuild']
     for s in suites:
         cmd += ['--suite', s]
+    for s in no_suites:
+        cmd += ['--no-suite', s]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if out.returncode != 0:
         return None, out.stderr.strip() or f'exit {out.returncode}'
@@ -92,13 +94,14 @@ def main():
     ap = argparse.ArgumentParser(description='Counts one meson test run.')
     ap.add_argument('--label', default='run')
     ap.add_argument('--suite', action='append', default=[])
+    ap.add_argument('--no-suite', action='append', default=[], dest='no_suite')
     ap.add_argument('--rc', type=int, default=0, help="exit status of 'meson test'")
     ap.add_argument('--counts', help='write "PASSED FAILED" here')
     ap.add_argument('build')
     a = ap.parse_args()
 
     notes = []
-    expected, err = expected_programs(a.build, a.suite)
+    expected, err = expected_programs(a.build, a.suite, a.no_suite)
     if expected is None:
         notes.append(f'cannot list the tests of {a.build}: {err}')
         expected = []
