@@ -17,8 +17,14 @@ struct kafka_delivery {
         bool reported;
 };
 
+/* Topics whose metadata the producer asked for up front (kafka_produce), at most this many. */
+#define KAFKA_KNOWN_TOPICS 256
+#define KAFKA_TOPIC_WAIT_MS 250
+
 struct kafka {
         rd_kafka_t *rk;
+        rd_kafka_topic_t *known[KAFKA_KNOWN_TOPICS];
+        size_t n_known, last_known;
         size_t pending; /* delivery reports still to come */
         bool fatal; /* the producer hit a fatal error: stop and let systemd restart */
         char fatal_reason[512];
@@ -35,7 +41,9 @@ void kafka_close(struct kafka *k, usec_t timeout);
 
 /* Enqueues one message; `d` receives its delivery report. `headers` is taken on success.
  * Returns the librdkafka error code (0 = enqueued); RD_KAFKA_RESP_ERR__QUEUE_FULL is
- * back-pressure for the caller to handle (serve reports, then try again). Never waits. */
+ * back-pressure for the caller to handle (serve reports, then try again). Waits only the first
+ * time a topic is seen, up to KAFKA_TOPIC_WAIT_MS, for its metadata: librdkafka otherwise looks
+ * unknown topics up once a second, and the first batch to a topic waited that long. */
 rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key, size_t key_len,
                                   const void *payload, size_t payload_len, int64_t timestamp_ms,
                                   rd_kafka_headers_t *headers, struct kafka_delivery *d);

@@ -64,6 +64,32 @@ void kafka_poll(struct kafka *k, int timeout_ms) {
                 rd_kafka_poll(k->rk, timeout_ms);
 }
 
+/* A topic seen for the first time: ask for its metadata now, once, rather than wait for
+ * librdkafka's once-a-second look-up of unknown topics (its maintainers' advice for this delay).
+ * Bounded: one wait of at most KAFKA_TOPIC_WAIT_MS per topic, for at most KAFKA_KNOWN_TOPICS
+ * topics; a failure only leaves the topic to librdkafka's own look-up. */
+static void know_topic(struct kafka *k, const char *topic) {
+        const struct rd_kafka_metadata *md = NULL;
+        rd_kafka_topic_t *rkt;
+
+        if (k->n_known > 0 && strcmp(rd_kafka_topic_name(k->known[k->last_known]), topic) == 0)
+                return;
+        for (size_t i = 0; i < k->n_known; i++)
+                if (strcmp(rd_kafka_topic_name(k->known[i]), topic) == 0) {
+                        k->last_known = i;
+                        return;
+                }
+        if (k->n_known >= KAFKA_KNOWN_TOPICS)
+                return;
+        rkt = rd_kafka_topic_new(k->rk, topic, NULL);
+        if (!rkt)
+                return;
+        if (rd_kafka_metadata(k->rk, 0, rkt, &md, KAFKA_TOPIC_WAIT_MS) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                rd_kafka_metadata_destroy(md);
+        k->last_known = k->n_known;
+        k->known[k->n_known++] = rkt;
+}
+
 rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key, size_t key_len,
                                   const void *payload, size_t payload_len, int64_t timestamp_ms,
                                   rd_kafka_headers_t *headers, struct kafka_delivery *d) {
@@ -71,6 +97,7 @@ rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void
 
         memset(d, 0, sizeof(*d));
         d->partition = RD_KAFKA_PARTITION_UA;
+        know_topic(k, topic);
         e = rd_kafka_producev(k->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
                               RD_KAFKA_V_VALUE((void *)payload, payload_len),
                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(timestamp_ms),
@@ -108,6 +135,9 @@ void kafka_close(struct kafka *k, usec_t timeout) {
         rd_kafka_flush(k->rk, (int)(timeout / USEC_PER_MSEC));
         if (rd_kafka_outq_len(k->rk) > 0)
                 kafka_purge(k);
+        for (size_t i = 0; i < k->n_known; i++)
+                rd_kafka_topic_destroy(k->known[i]);
+        k->n_known = 0;
         rd_kafka_destroy(k->rk);
         k->rk = NULL;
 }

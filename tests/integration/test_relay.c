@@ -213,8 +213,8 @@ static void notify_wakeup(void **state) {
         /* A lost notification: the row is committed with triggers off (the copy by hand). */
         ts_relay_start(&relay, "poll_interval = \"2s\";", NULL);
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
-        /* The new producer learns the topic first (librdkafka asks for a new topic's metadata
-         * on its 1 s timer), so what follows measures the poll alone. */
+        /* The new producer learns the topic first (its first message to a topic waits for the
+         * topic's metadata), so what follows measures the poll alone. */
         ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'k', 'warm-up again'::text)", topic);
         assert_true(ts_wait_drained(c, topics, 20000));
         ts_pg_exec(c,
