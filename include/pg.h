@@ -31,6 +31,7 @@ struct pg_batch {
         PGresult *res;
         struct pg_row *rows;
         size_t n;
+        size_t in_view; /* ordering = "key": the pending rows the claim looked at (>= n) */
 };
 
 /* What to record about a row that was not delivered. */
@@ -95,11 +96,11 @@ struct pg_skip {
         size_t n_keys;
 };
 
-/* ordering = "key": which key buckets the claim may lock, and how far it looks. A row of a key is
- * claimed only together with its bucket's transaction-scoped advisory lock, so no two open
- * batches ever hold rows of one (topic, key); a row without a key takes no lock. */
+/* ordering = "key": where the claim starts trying key buckets, and how far it looks. A row of a
+ * key is claimed only together with its bucket's transaction-scoped advisory lock, so no two open
+ * batches ever hold rows of one (topic, key). */
 struct pg_order {
-        unsigned modulus, residue; /* buckets b with b % modulus == residue (share.h) */
+        unsigned first; /* the bucket tried first; the others follow round from it (share.h) */
         int depth; /* pending rows the claim looks at, at most */
 };
 
@@ -110,8 +111,9 @@ struct pg_order {
  * rows came back; an empty claim is committed at once. Every failure fills err:
  * -ECONNRESET: connection lost or not connected; -ETIMEDOUT: deadline passed (the connection is
  * then dropped); -EIO: a statement failed; -ENOMEM; -EPROTO: a result of the wrong shape;
- * -EINVAL: a NULL name in `skip`. With ordering = "key", `order` says which buckets it may
- * lock (NULL: all, looking two batches deep). */
+ * -EINVAL: a NULL name in `skip`. With ordering = "key", `order` says where it starts taking
+ * buckets and how deep it looks (NULL: from bucket 0, one batch deep); it takes buckets until
+ * they cover a batch of the rows it looked at. */
 int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct pg_order *order,
              struct pg_batch *b, usec_t deadline, char *err, size_t errsz);
 void pg_batch_clear(struct pg_batch *b);

@@ -66,9 +66,9 @@ struct relay {
         /* ordering = "key": how this relay shares the table with the others (share.c). */
         struct share share;
         usec_t next_members; /* when to look at the members again */
-        bool part_short; /* the last claim of our part came back short of a full batch */
         bool pooler_said; /* the lost session lock was logged */
         size_t last_keys; /* distinct (topic, key) pairs of the last batch */
+        size_t last_in_view; /* ordering = "key": the pending rows the last claim looked at */
 
         struct relay_stats stats;
         struct relay_stats last_summary;

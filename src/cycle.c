@@ -127,7 +127,7 @@ static int claim(struct relay *r, int limit, bool probe, struct cycle *c, usec_t
         _cleanup_free_ const char **key_topics = calloc(n_keys + 1, sizeof(char *));
         _cleanup_free_ const char **keys = calloc(n_keys + 1, sizeof(char *));
         struct pg_skip skip = { .topics = topics, .key_topics = key_topics, .keys = keys };
-        struct pg_order order = { 1, 0, 2 * limit };
+        struct pg_order order = { 0, limit };
         int ret;
 
         if (!topics || !key_topics || !keys) {
@@ -140,15 +140,14 @@ static int claim(struct relay *r, int limit, bool probe, struct cycle *c, usec_t
                 skip.n_keys += pause_set_active(&r->probe_keys, now, key_topics + skip.n_keys,
                                                 keys + skip.n_keys, r->probe_keys.n);
         if (r->cfg->relay.ordering == ORDERING_KEY) {
-                /* Our part of the key buckets, or all of them for a rescue; deep enough to find
-                 * a full batch of our part among the rows the other relays hold. */
-                struct share_filter f = share_next(&r->share, now, r->part_short);
+                /* Where our buckets start, and deep enough to find a batch among the rows the
+                 * other relays hold. */
+                struct share_claim sc = share_claim(&r->share, limit);
 
-                order = (struct pg_order){ f.modulus, f.residue, (int)(r->share.relays + 1) * limit };
+                order = (struct pg_order){ sc.first, sc.depth };
         }
         ret = pg_claim(&r->pg, limit, &skip, &order, &c->claimed, c->deadline, err, errsz);
-        /* Our part came back short of a full batch: the next claim helps with the rest. */
-        r->part_short = ret == 0 && order.modulus > 1 && c->claimed.n < (size_t)limit;
+        r->last_in_view = c->claimed.in_view;
         return ret;
 }
 

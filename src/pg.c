@@ -219,17 +219,21 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
 }
 
 /* ordering = "key": a row is claimable only with its bucket's transaction-scoped advisory lock
- * (released by commit, rollback or the session's end: no leases, nothing to clean up), and only
- * in the buckets this relay's part covers. The bucket of a row with a key is a hash of (topic,
- * key) that every relay computes alike, in the server; a row without a key carries no order and
- * takes the bucket of its id.
+ * (released by commit, rollback or the session's end: no leases, nothing to clean up). The
+ * bucket of a row with a key is a hash of (topic, key) that every relay computes alike, in the
+ * server; a row without a key carries no order and takes the bucket of its id.
  *
  * The locks are taken before any row, each bucket once: first the head (the first `depth`
- * pending rows, then those of our part; never the whole backlog), then one try per distinct
- * bucket of the head, then the head's rows of the buckets we got, in id order. A lock tried row
- * by row in the walk's filter is not enough: the holder can commit in the middle of the walk, so
+ * pending rows; never the whole backlog), then the head's buckets one by one, starting at this
+ * relay's first bucket and going round, each tried once, until the buckets we got hold a batch
+ * of the head's rows; then those buckets' rows of the head, in id order. A lock tried row by
+ * row in the walk's filter is not enough: the holder can commit in the middle of the walk, so
  * the bucket is refused at a key's earlier rows and granted at a later one, which then goes
- * first (seen with three relays). Tried once, a bucket refused gives none of its rows.
+ * first (seen with three relays). Tried once, a bucket refused gives none of its rows. Stopping
+ * once a batch is covered leaves the other buckets to the other relays: with 50 hot keys one
+ * batch holds rows of every key, and taking every bucket it touches would leave the others
+ * nothing (docs/ordering.md). The relays start at different buckets, so they seldom try the
+ * same ones.
  *
  * Since every row comes with its bucket's lock, no other relay can hold a row lock on it, and
  * the rows are locked with a plain FOR UPDATE, not SKIP LOCKED: a row locked by something else
@@ -238,31 +242,42 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
 #define BUCKET_EXPR                                                \
         "((CASE WHEN o.key IS NULL THEN hashint8extended(o.id, 0)" \
         " ELSE hashtextextended(o.topic || E'\\x1f' || o.key, 0) END) & 255)::int4"
+/* The head's buckets in the order this relay tries them (from bucket `first` round), with their
+ * rows in the head; then one lock try per bucket, in that order, while the rows covered are
+ * fewer than $1. `first` and `cls` name the parameters. */
+#define ORDERED_PICK(first, cls)                                                                         \
+        " cnt(bs, ns) AS MATERIALIZED ("                                                                 \
+        "  SELECT array_agg(g.b ORDER BY (g.b - " first ") & 255), array_agg(g.n ORDER BY (g.b - " first \
+        ") & 255)"                                                                                       \
+        "    FROM (SELECT h.b, count(*)::int4 FROM head h GROUP BY h.b) g(b, n)),"                       \
+        " pick(i, got, b, ok) AS ("                                                                      \
+        "  SELECT 0, 0, NULL::int4, false"                                                               \
+        "  UNION ALL"                                                                                    \
+        "  SELECT p.i + 1, p.got + CASE WHEN l.ok THEN c.ns[p.i + 1] ELSE 0 END, c.bs[p.i + 1], l.ok"    \
+        "    FROM pick p CROSS JOIN cnt c CROSS JOIN LATERAL"                                            \
+        "     (SELECT pg_try_advisory_xact_lock(" cls ", c.bs[p.i + 1])) l(ok)"                          \
+        "   WHERE p.i < cardinality(c.bs) AND p.got < $1::int4),"                                        \
+        " mine(b) AS MATERIALIZED (SELECT p.b FROM pick p WHERE p.ok)"
+/* The rows, and with each how many pending rows the claim looked at (share_next_wait). */
 #define ORDERED_ROWS                                                                            \
-        " {columns} FROM {table} o"                                                             \
+        " {columns}, (SELECT count(*) FROM head)::int8 FROM {table} o"                          \
         " WHERE o.id = ANY(ARRAY(SELECT h.id FROM head h WHERE h.b IN (SELECT m.b FROM mine m)" \
         "  ORDER BY h.id LIMIT $1))"                                                            \
         "   AND o.published_at IS NULL AND o.dead_at IS NULL"                                   \
         " ORDER BY o.id LIMIT $1 FOR UPDATE"
-/* Nothing paused: $2 modulus, $3 residue, $4 depth, $5 lock class. */
+/* Nothing paused: $2 first bucket, $3 depth, $4 lock class. */
 static const char claim_ordered_tmpl[] =
-        "WITH head(id, b) AS MATERIALIZED ("
+        "WITH RECURSIVE head(id, b) AS MATERIALIZED ("
         "  SELECT o.id, " BUCKET_EXPR " FROM {table} o WHERE o.published_at IS NULL AND o.dead_at IS NULL"
-        "   AND o.id <= coalesce((SELECT p.id FROM {table} p WHERE p.published_at IS NULL AND p.dead_at IS "
-        "NULL"
-        "    ORDER BY p.id OFFSET $4::int8 LIMIT 1), 9223372036854775807)"
-        "   AND " BUCKET_EXPR " % $2::int4 = $3::int4"
-        "  ORDER BY o.id LIMIT $4::int8),"
-        " mine(b) AS MATERIALIZED (SELECT d.b FROM (SELECT DISTINCT h.b FROM head h) d"
-        "  WHERE pg_try_advisory_xact_lock($5::int4, d.b))" ORDERED_ROWS;
-/* Something paused: claim_skip_tmpl's candidates, then $6 modulus, $7 residue, $8 lock class. */
+        "  ORDER BY o.id LIMIT $3::int8)," ORDERED_PICK("$2::int4", "$4::int4") ORDERED_ROWS;
+/* Something paused: claim_skip_tmpl's candidates (already WITH RECURSIVE), then $6 first
+ * bucket, $7 lock class. */
 static const char claim_skip_ordered_tail[] =
         ", head(id, b) AS MATERIALIZED ("
         "  SELECT o.id, " BUCKET_EXPR " FROM {table} o"
         "   WHERE o.id = ANY(ARRAY(SELECT c.id FROM cand c ORDER BY c.id LIMIT $5::int8))"
-        "   AND o.published_at IS NULL AND o.dead_at IS NULL AND " BUCKET_EXPR " % $6::int4 = $7::int4),"
-        " mine(b) AS MATERIALIZED (SELECT d.b FROM (SELECT DISTINCT h.b FROM head h) d"
-        "  WHERE pg_try_advisory_xact_lock($8::int4, d.b))" ORDERED_ROWS;
+        "   AND o.published_at IS NULL AND o.dead_at IS NULL)," ORDERED_PICK("$6::int4", "$7::int4")
+                ORDERED_ROWS;
 
 static int order_claims(struct pg *pg, const char *table, const char *cols) {
         const char *final = strstr(claim_skip_tmpl, " {columns} FROM {table} o");
@@ -748,11 +763,18 @@ static int batch_parse(struct pg_batch *b) {
         PGresult *res = b->res;
         int n = PQntuples(res);
 
-        if (PQnfields(res) != 8)
+        /* The ordered claim adds a ninth column: the pending rows it looked at. */
+        if (PQnfields(res) != 8 && PQnfields(res) != 9)
                 return -EPROTO;
         b->n = (size_t)n;
+        b->in_view = (size_t)n;
         if (n == 0)
                 return 0;
+        if (PQnfields(res) == 9) {
+                if (PQgetlength(res, 0, 8) != 8)
+                        return -EPROTO;
+                b->in_view = (size_t)be64(PQgetvalue(res, 0, 8));
+        }
         b->rows = calloc((size_t)n, sizeof(*b->rows));
         if (!b->rows)
                 return -ENOMEM;
@@ -826,12 +848,12 @@ static bool any_null(const char *const *v, size_t n) {
 
 int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct pg_order *order,
              struct pg_batch *b, usec_t deadline, char *err, size_t errsz) {
-        char lim[16], depth[16], mod[16], res_[16], cls[16];
+        char lim[16], depth[16], first[16], cls[16];
         _cleanup_free_ char *topics = NULL, *key_topics = NULL, *keys = NULL;
         const char *params[8] = { lim };
         const char *sql;
         bool ordered = pg->cfg->relay.ordering == ORDERING_KEY;
-        struct pg_order all = { 1, 0, 2 * limit };
+        struct pg_order all = { 0, limit };
         int nparams = 1;
         PGresult *res = NULL;
         int r;
@@ -842,18 +864,16 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
         if (!order)
                 order = &all;
         snprintf(lim, sizeof(lim), "%d", limit);
-        snprintf(mod, sizeof(mod), "%u", order->modulus ? order->modulus : 1);
-        snprintf(res_, sizeof(res_), "%u", order->modulus ? order->residue % order->modulus : 0);
+        snprintf(first, sizeof(first), "%u", order->first % SHARE_BUCKETS);
         snprintf(cls, sizeof(cls), "%d", pg->bucket_class);
         sql = pg->sql_claim;
         if (ordered) {
-                /* $2 modulus, $3 residue, $4 depth, $5 lock class */
+                /* $2 first bucket, $3 depth, $4 lock class */
                 snprintf(depth, sizeof(depth), "%d", order->depth > limit ? order->depth : limit);
-                params[1] = mod;
-                params[2] = res_;
-                params[3] = depth;
-                params[4] = cls;
-                nparams = 5;
+                params[1] = first;
+                params[2] = depth;
+                params[3] = cls;
+                nparams = 4;
         }
         if (skip && (skip->n_topics || skip->n_keys)) {
                 if (any_null(skip->topics, skip->n_topics) || any_null(skip->key_topics, skip->n_keys) ||
@@ -870,8 +890,8 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
                 }
                 /* Other relays' locked rows come first among the candidates: with ordering =
                  * "none" look four batches deep, so a relay behind up to three others still gets a
-                 * full batch (docs/claim.md, "Depth"); with "key" as deep as the caller says (its
-                 * part of the buckets is a fraction of the candidates). */
+                 * full batch (docs/claim.md, "Depth"); with "key" as deep as the caller says (the
+                 * other relays' buckets are among the candidates). */
                 snprintf(depth, sizeof(depth), "%lld",
                          ordered ? (long long)(order->depth > limit ? order->depth : limit)
                                  : (long long)limit * (pg->cfg->relay.ordering == ORDERING_NONE ? 4 : 1));
@@ -881,11 +901,10 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
                 params[4] = depth;
                 nparams = 5;
                 if (ordered) {
-                        /* $6 modulus, $7 residue, $8 lock class */
-                        params[5] = mod;
-                        params[6] = res_;
-                        params[7] = cls;
-                        nparams = 8;
+                        /* $6 first bucket, $7 lock class */
+                        params[5] = first;
+                        params[6] = cls;
+                        nparams = 7;
                 }
                 sql = pg->sql_claim_skip;
         }

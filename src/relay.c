@@ -178,9 +178,8 @@ static void relay_status(struct relay *r, usec_t now) {
                 return;
         }
         if (r->cfg->relay.ordering == ORDERING_KEY)
-                snprintf(sharing, sizeof(sharing),
-                         ", %u relay(s) on the table (buckets %u mod %u), %zu keys in the last batch",
-                         r->share.relays, r->share.rank, r->share.relays, r->last_keys);
+                snprintf(sharing, sizeof(sharing), ", %u relay(s) on the table, %zu keys in the last batch",
+                         r->share.relays, r->last_keys);
         snprintf(status, sizeof(status),
                  "published %" PRIu64 " (%.0f/s), %s, dead-lettered %" PRIu64 ", %s, %s%s",
                  r->stats.published, rate, lagbuf, r->stats.dead_lettered, db,
@@ -284,9 +283,9 @@ static void try_connect(struct relay *r, usec_t now) {
                 log_info("connected to PostgreSQL, listening on '%s'", r->cfg->postgres.channel);
         backoff_reset(&r->db_backoff);
         if (r->cfg->relay.ordering == ORDERING_KEY) {
-                /* A member slot, so the relays can split the key buckets between them. Without one
-                 * this relay still keeps order (the bucket locks do that); it only counts itself in
-                 * and claims everything it can lock. */
+                /* A member slot, so the relays start their claims at different key buckets and
+                 * know how deep to look. Without one this relay still keeps order (the bucket locks
+                 * do that); it only counts itself in, alone. */
                 if (pg_join(&r->pg, now_usec() + r->cfg->postgres.statement_timeout, err, sizeof(err)) < 0)
                         log_warning("no member slot on table '%s': %s", r->cfg->postgres.table, err);
                 r->next_members = 0;
@@ -319,8 +318,8 @@ static void run_retention(struct relay *r, usec_t now) {
         r->next_retention = now_usec() + (n == RETENTION_BATCH ? 100 * USEC_PER_MSEC : RETENTION_EVERY);
 }
 
-/* ordering = "key": who else publishes this table, and so which part of the key buckets is
- * ours. Looked at every second; a relay that comes or goes changes every part within that. */
+/* ordering = "key": who else publishes this table, and so where our claims start in the key
+ * buckets and how deep they look. Looked at every second. */
 static void look_at_members(struct relay *r, usec_t now) {
         int slots[1024];
         size_t n = 0;
@@ -348,8 +347,9 @@ static void look_at_members(struct relay *r, usec_t now) {
         if (share_update(&r->share, slots, n, r->pg.member_slot)) {
                 r->next_status = 0;
                 log_event(LOG_NOTICE, LOG_EV_LEADER, NULL,
-                          "%u relay(s) share table '%s'; this one takes the key buckets %u mod %u",
-                          r->share.relays, r->cfg->postgres.table, r->share.rank, r->share.relays);
+                          "%u relay(s) share table '%s'; this one starts its claims at key bucket %u of %u",
+                          r->share.relays, r->cfg->postgres.table, share_claim(&r->share, 1).first,
+                          SHARE_BUCKETS);
         }
 }
 
@@ -534,12 +534,19 @@ int relay_run(struct relay *r) {
                                 r->state = RELAY_IDLE;
                                 backoff_reset(&r->batch_backoff);
                                 backoff_reset(&r->db_backoff);
-                                /* A full batch, a successful probe with more waiting, or our part of
-                                 * the buckets came back short: the next claim helps the others. */
-                                if (ret >= r->cfg->relay.batch_size || (probe && ret > 0) || r->part_short)
+                                /* A full batch or a successful probe with more waiting: at once.
+                                 * Sharing the table in key order, a short batch may only mean the
+                                 * rest is in the others' open batches (share.c says when). */
+                                usec_t again = r->cfg->relay.poll_interval;
+
+                                if (r->cfg->relay.ordering == ORDERING_KEY)
+                                        again = share_next_wait(&r->share, (size_t)ret, r->last_in_view,
+                                                                r->cfg->relay.batch_size,
+                                                                r->cfg->relay.poll_interval);
+                                if (ret >= r->cfg->relay.batch_size || (probe && ret > 0) || again == 0)
                                         r->wake = true;
                                 else
-                                        r->next_poll = now + r->cfg->relay.poll_interval;
+                                        r->next_poll = now + again;
                         }
                         relay_status(r, now);
                         /* Notifications that arrived during the batch are already buffered. */

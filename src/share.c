@@ -1,4 +1,4 @@
-/* share.c -- How competing relays share one table in per-key order: this relay's part of the key buckets, and when to claim beyond it; pure, clock injected. */
+/* share.c -- How competing relays share one table in per-key order: where this relay takes key buckets, how deep it looks, when it claims again; pure, clock free. */
 #include "share.h"
 
 #include <string.h>
@@ -34,17 +34,32 @@ bool share_update(struct share *s, const int *slots, size_t n, int own) {
         return true;
 }
 
-struct share_filter share_next(struct share *s, usec_t now, bool part_short) {
-        /* Alone, our part is everything. */
+struct share_claim share_claim(const struct share *s, int limit) {
+        unsigned relays = s->relays ? s->relays : 1;
+        unsigned batches = relays <= 1 ? 1 : relays + 1;
+
+        if (batches > SHARE_DEPTH_MAX)
+                batches = SHARE_DEPTH_MAX;
+        return (struct share_claim){
+                .first = (unsigned)((unsigned long)(s->rank % relays) * SHARE_BUCKETS / relays),
+                .depth = limit > 0 ? (int)batches * limit : 1,
+        };
+}
+
+usec_t share_next_wait(struct share *s, size_t got, size_t in_view, int limit, usec_t poll_interval) {
+        usec_t wait = SHARE_BUSY_WAIT;
+
+        if (got > 0) {
+                s->empty = 0;
+                return (limit > 0 && got >= (size_t)limit) || got < in_view ? 0 : poll_interval;
+        }
         if (s->relays <= 1) {
-                s->rescuing = false;
-                return (struct share_filter){ 1, 0 };
+                s->empty = 0;
+                return poll_interval;
         }
-        if (now >= s->next_rescue || (part_short && !s->rescuing)) {
-                s->next_rescue = now + SHARE_RESCUE_EVERY;
-                s->rescuing = true;
-                return (struct share_filter){ 1, 0 };
-        }
-        s->rescuing = false;
-        return (struct share_filter){ s->relays, s->rank };
+        for (unsigned i = 0; i < s->empty && wait < poll_interval; i++)
+                wait *= 2;
+        if (s->empty < 64)
+                s->empty++;
+        return wait < poll_interval ? wait : poll_interval;
 }

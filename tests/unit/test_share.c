@@ -1,4 +1,4 @@
-/* test_share.c -- How competing relays share the key buckets: members to a part, rescues. */
+/* test_share.c -- How competing relays share the key buckets: members to a rank, where claims start, how deep they look, when the next claim comes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,7 +8,8 @@
 
 #include "share.h"
 
-#define S USEC_PER_SEC
+#define MS USEC_PER_MSEC
+#define POLL (1000 * MS)
 
 struct update_case {
         const char *name;
@@ -40,12 +41,11 @@ static void update_table(void **state) {
                 share_update(&s, c->slots, c->n, c->own);
                 assert_int_equal(s.relays, c->relays);
                 assert_int_equal(s.rank, c->rank);
-                /* Every rank is below the count: every bucket is someone's part. */
                 assert_true(s.rank < s.relays);
         }
 }
 
-static void update_says_when_the_part_changed(void **state) {
+static void update_says_when_the_view_changed(void **state) {
         struct share s;
         const int two[] = { 1, 2 }, three[] = { 1, 2, 3 };
 
@@ -57,71 +57,157 @@ static void update_says_when_the_part_changed(void **state) {
         assert_true(share_update(&s, three, 3, 1)); /* same count, other rank */
 }
 
-/* The parts of all relays cover every bucket exactly once. */
-static void parts_cover_every_bucket_once(void **state) {
-        const int slots[] = { 11, 4, 8 };
-        unsigned owners[SHARE_BUCKETS] = { 0 };
+struct claim_case {
+        const char *name;
+        unsigned relays, rank;
+        int limit;
+        unsigned first;
+        int depth;
+};
 
+static const struct claim_case claims[] = {
+        { "alone: bucket 0, one batch deep", 1, 0, 500, 0, 500 },
+        { "first of two", 2, 0, 500, 0, 1500 },
+        { "second of two: half way round", 2, 1, 500, 128, 1500 },
+        { "third of three", 3, 2, 1000, 170, 4000 },
+        { "second of three", 3, 1, 1000, 85, 4000 },
+        { "seven relays: depth capped", 7, 6, 100, 219, SHARE_DEPTH_MAX * 100 },
+        { "a rank past the count (stale view) wraps", 2, 5, 10, 128, 30 },
+        { "a probe of 5 rows", 2, 0, 5, 0, 15 },
+        { "no relays counted is one", 0, 0, 50, 0, 50 },
+};
+
+static void claim_table(void **state) {
         (void)state;
-        for (size_t r = 0; r < ELEMENTSOF(slots); r++) {
-                struct share s;
-                struct share_filter f;
+        for (size_t i = 0; i < ELEMENTSOF(claims); i++) {
+                const struct claim_case *c = &claims[i];
+                struct share s = { .relays = c->relays, .rank = c->rank };
+                struct share_claim sc = share_claim(&s, c->limit);
 
-                share_init(&s);
-                share_update(&s, slots, ELEMENTSOF(slots), slots[r]);
-                s.next_rescue = 10 * S; /* not due */
-                f = share_next(&s, 0, false);
-                assert_int_equal(f.modulus, 3);
-                for (unsigned b = 0; b < SHARE_BUCKETS; b++)
-                        owners[b] += b % f.modulus == f.residue;
+                print_message("# %s\n", c->name);
+                assert_int_equal(sc.first, c->first);
+                assert_int_equal(sc.depth, c->depth);
+                assert_true(sc.first < SHARE_BUCKETS);
         }
-        for (unsigned b = 0; b < SHARE_BUCKETS; b++)
-                assert_int_equal(owners[b], 1);
 }
 
-static void alone_claims_everything(void **state) {
+/* Every relay of a view starts somewhere else, evenly spread round the buckets. */
+static void starts_are_spread(void **state) {
+        (void)state;
+        for (unsigned relays = 1; relays <= 16; relays++) {
+                unsigned prev = 0;
+
+                for (unsigned rank = 0; rank < relays; rank++) {
+                        struct share s = { .relays = relays, .rank = rank };
+                        unsigned first = share_claim(&s, 100).first;
+
+                        if (rank > 0) {
+                                assert_true(first > prev);
+                                assert_true(first - prev >= SHARE_BUCKETS / relays - 1);
+                                assert_true(first - prev <= SHARE_BUCKETS / relays + 1);
+                        } else {
+                                assert_int_equal(first, 0);
+                        }
+                        prev = first;
+                }
+        }
+}
+
+struct wait_step {
+        size_t got, in_view;
+        usec_t wait;
+};
+
+struct wait_case {
+        const char *name;
+        unsigned relays;
+        int limit;
+        struct wait_step steps[16];
+        size_t n;
+};
+
+static const struct wait_case waits[] = {
+        { "a full batch: at once", 2, 100, { { 100, 100, 0 }, { 100, 300, 0 } }, 2 },
+        { "short, took all it looked at: drained, wait for the poll",
+          2,
+          100,
+          { { 99, 99, POLL }, { 1, 1, POLL } },
+          2 },
+        { "short, left rows it looked at (others hold them): at once",
+          2,
+          100,
+          { { 40, 300, 0 }, { 1, 2, 0 } },
+          2 },
+        { "alone: full at once, short or empty waits for the poll (nobody else holds rows)",
+          1,
+          100,
+          { { 100, 100, 0 }, { 99, 99, POLL }, { 0, 0, POLL }, { 0, 0, POLL }, { 5, 9, 0 }, { 100, 100, 0 } },
+          6 },
+        { "shared: empty claims back off from 2 ms, doubling, to the poll",
+          3,
+          100,
+          { { 0, 0, 2 * MS },
+            { 0, 0, 4 * MS },
+            { 0, 0, 8 * MS },
+            { 0, 0, 16 * MS },
+            { 0, 0, 32 * MS },
+            { 0, 0, 64 * MS },
+            { 0, 0, 128 * MS },
+            { 0, 0, 256 * MS },
+            { 0, 0, 512 * MS },
+            { 0, 0, POLL },
+            { 0, 0, POLL },
+            { 0, 0, POLL } },
+          12 },
+        { "shared: rows coming back start the back-off again",
+          2,
+          100,
+          { { 0, 0, 2 * MS },
+            { 0, 0, 4 * MS },
+            { 3, 3, POLL },
+            { 0, 0, 2 * MS },
+            { 0, 0, 4 * MS },
+            { 100, 100, 0 },
+            { 0, 0, 2 * MS } },
+          7 },
+};
+
+static void wait_table(void **state) {
+        (void)state;
+        for (size_t i = 0; i < ELEMENTSOF(waits); i++) {
+                const struct wait_case *c = &waits[i];
+                struct share s;
+
+                print_message("# %s\n", c->name);
+                share_init(&s);
+                s.relays = c->relays;
+                for (size_t j = 0; j < c->n; j++) {
+                        const struct wait_step *w = &c->steps[j];
+
+                        print_message("#   step %zu: got %zu of %zu in view\n", j, w->got, w->in_view);
+                        assert_int_equal(share_next_wait(&s, w->got, w->in_view, c->limit, POLL), w->wait);
+                }
+        }
+}
+
+/* A poll interval shorter than the first back-off caps it; many empty claims never overflow. */
+static void wait_is_capped(void **state) {
         struct share s;
-        struct share_filter f;
 
         (void)state;
         share_init(&s);
-        f = share_next(&s, 5 * S, true);
-        assert_int_equal(f.modulus, 1);
-        assert_int_equal(f.residue, 0);
-}
-
-/* Once a second every bucket, so a stuck relay's part is never left alone; and right after our
- * part came back short, but not twice in a row. */
-static void rescues(void **state) {
-        const int slots[] = { 1, 2 };
-        struct share s;
-        struct share_filter f;
-
-        (void)state;
-        share_init(&s);
-        share_update(&s, slots, 2, 2);
-        f = share_next(&s, 100 * S, false); /* first call: a rescue is due */
-        assert_int_equal(f.modulus, 1);
-        f = share_next(&s, 100 * S + 1, false);
-        assert_int_equal(f.modulus, 2);
-        assert_int_equal(f.residue, 1);
-        f = share_next(&s, 100 * S + 2, true); /* our part was short: help the others */
-        assert_int_equal(f.modulus, 1);
-        f = share_next(&s, 100 * S + 3, true); /* the rescue was short too: back to our part */
-        assert_int_equal(f.modulus, 2);
-        f = share_next(&s, 100 * S + SHARE_RESCUE_EVERY - 1, false);
-        assert_int_equal(f.modulus, 2);
-        f = share_next(&s, 100 * S + 2 + SHARE_RESCUE_EVERY, false);
-        assert_int_equal(f.modulus, 1);
+        s.relays = 2;
+        assert_int_equal(share_next_wait(&s, 0, 0, 10, 1 * MS), 1 * MS);
+        for (int i = 0; i < 1000; i++)
+                assert_true(share_next_wait(&s, 0, 0, 10, POLL) <= POLL);
+        assert_int_equal(share_next_wait(&s, 0, 0, 10, POLL), POLL);
 }
 
 int main(void) {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(update_table),
-                cmocka_unit_test(update_says_when_the_part_changed),
-                cmocka_unit_test(parts_cover_every_bucket_once),
-                cmocka_unit_test(alone_claims_everything),
-                cmocka_unit_test(rescues),
+                cmocka_unit_test(update_table), cmocka_unit_test(update_says_when_the_view_changed),
+                cmocka_unit_test(claim_table),  cmocka_unit_test(starts_are_spread),
+                cmocka_unit_test(wait_table),   cmocka_unit_test(wait_is_capped),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
