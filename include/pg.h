@@ -59,6 +59,7 @@ struct pg {
         int32_t bucket_class, member_class;
         int member_slot; /* -1: none */
         bool in_tx;
+        bool reprepare; /* a prepared statement went stale (ALTER TABLE): prepare them again */
         /* Called about once a second while a call waits on the server, so the caller can keep
          * serving its watchdog during a long but bounded wait. Optional. */
         void (*tick)(void *arg);

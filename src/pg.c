@@ -482,21 +482,32 @@ static void result_err(const PGresult *res, char *err, size_t errsz, const char 
         set_err(err, errsz, what, msg && *msg ? msg : PQresStatus(PQresultStatus(res)));
 }
 
+/* A prepared statement whose result type the table no longer gives ("cached plan must not
+ * change result type", after an ALTER TABLE) fails until it is prepared again: note it, and the
+ * next claim does so. */
+static void note_stale_plan(struct pg *pg, const PGresult *res) {
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+        if (state && strcmp(state, "0A000") == 0)
+                pg->reprepare = true;
+}
+
 /* The early return of a call made while there is no connection. */
 static int not_connected(char *err, size_t errsz, const char *what) {
         set_err(err, errsz, what, "not connected to PostgreSQL");
         return -ECONNRESET;
 }
 
-/* Runs one statement outside pipeline mode and returns its (single) result. */
-static int exec_one(struct pg *pg, const char *sql, int nparams, const char *const *values, int result_format,
-                    usec_t deadline, PGresult **out, char *err, size_t errsz, const char *what) {
+/* Collects the (single) result of a statement sent outside pipeline mode (`sent` is what the
+ * send call returned). */
+static int exec_sent(struct pg *pg, int sent, usec_t deadline, PGresult **out, char *err, size_t errsz,
+                     const char *what) {
         PGresult *res = NULL, *extra;
         ExecStatusType st;
         int r;
 
         *out = NULL;
-        if (!PQsendQueryParams(pg->conn, sql, nparams, NULL, values, NULL, NULL, result_format))
+        if (!sent)
                 return fail_conn(pg, -ECONNRESET, err, errsz, what);
         r = flush_out(pg, deadline);
         if (r < 0)
@@ -524,6 +535,14 @@ static int exec_one(struct pg *pg, const char *sql, int nparams, const char *con
         return 0;
 }
 
+/* Runs one statement outside pipeline mode and returns its (single) result. */
+static int exec_one(struct pg *pg, const char *sql, int nparams, const char *const *values, int result_format,
+                    usec_t deadline, PGresult **out, char *err, size_t errsz, const char *what) {
+        return exec_sent(pg,
+                         PQsendQueryParams(pg->conn, sql, nparams, NULL, values, NULL, NULL, result_format),
+                         deadline, out, err, errsz, what);
+}
+
 static int exec_simple(struct pg *pg, const char *sql, usec_t deadline, char *err, size_t errsz,
                        const char *what) {
         PGresult *res;
@@ -531,6 +550,43 @@ static int exec_simple(struct pg *pg, const char *sql, usec_t deadline, char *er
 
         PQclear(res);
         return r;
+}
+
+/* The statements of every batch, prepared once per connection: parsing and planning the
+ * ordered claim took about 1 ms of a 7 ms claim (server log, 500 rows). */
+static const char stmt_claim[] = "outbox_relay_claim", stmt_claim_skip[] = "outbox_relay_claim_skip",
+                  stmt_delete[] = "outbox_relay_delete", stmt_mark[] = "outbox_relay_mark",
+                  stmt_fail[] = "outbox_relay_fail";
+
+static int prepare_all(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
+        const struct {
+                const char *name, *sql, *what;
+        } stmts[] = {
+                { stmt_claim, pg->sql_claim, "preparing the claim" },
+                { stmt_claim_skip, pg->sql_claim_skip, "preparing the claim of what is not paused" },
+                /* both: relay.finish may change on reload */
+                { stmt_delete, pg->sql_delete, "preparing the finish (delete)" },
+                { stmt_mark, pg->sql_mark, "preparing the finish (mark)" },
+                { stmt_fail, pg->sql_fail, "preparing the failure record" },
+        };
+
+        if (pg->reprepare) {
+                int r = exec_simple(pg, "DEALLOCATE ALL", deadline, err, errsz, "DEALLOCATE");
+
+                if (r < 0)
+                        return r;
+        }
+        pg->reprepare = false;
+        for (size_t i = 0; i < ELEMENTSOF(stmts); i++) {
+                PGresult *res;
+                int r = exec_sent(pg, PQsendPrepare(pg->conn, stmts[i].name, stmts[i].sql, 0, NULL), deadline,
+                                  &res, err, errsz, stmts[i].what);
+
+                PQclear(res);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
 }
 
 static void notice_sink(void *arg, const char *message) {
@@ -605,11 +661,16 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
          * cut off by the network must not keep its backend, and with it the leader lock and
          * row locks, for the kernel's two hours. JIT is off: the claim while something is
          * paused has estimated costs past jit_above_cost, and compiling it took 0.6-1 s where
-         * running it takes 5-30 ms (docs/claim.md); nothing the relay runs gains from JIT. */
+         * running it takes 5-30 ms (docs/claim.md); nothing the relay runs gains from JIT.
+         * Prepared statements keep one generic plan: the batch's statements have one good plan
+         * whatever their parameters, and planning the ordered claim anew took 0.7 ms of its
+         * 4.8 (EXPLAIN ANALYZE, 500 rows: the same plan, planned in 0.06 ms). The claim while
+         * something is paused is planned for its values (below). */
         snprintf(set_sql, sizeof(set_sql),
                  "SELECT set_config('statement_timeout', '%s', false),"
                  " set_config('idle_in_transaction_session_timeout', '%s', false),"
                  " set_config('jit', 'off', false),"
+                 " set_config('plan_cache_mode', 'force_generic_plan', false),"
                  " set_config('tcp_keepalives_idle', '%s', false),"
                  " set_config('tcp_keepalives_interval', '5', false),"
                  " set_config('tcp_keepalives_count', '3', false),"
@@ -642,6 +703,11 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
                 pg->bucket_class = (int32_t)strtol(PQgetvalue(res, 0, 0), NULL, 10);
                 pg->member_class = (int32_t)strtol(PQgetvalue(res, 0, 1), NULL, 10);
                 PQclear(res);
+        }
+        r = prepare_all(pg, deadline, err, errsz);
+        if (r < 0) {
+                pg_disconnect(pg);
+                return r == -EIO ? -ECONNREFUSED : r;
         }
         return 0;
 }
@@ -861,6 +927,11 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
         memset(b, 0, sizeof(*b));
         if (!pg_connected(pg))
                 return not_connected(err, errsz, "claim");
+        if (pg->reprepare && !pg->in_tx) {
+                r = prepare_all(pg, deadline, err, errsz);
+                if (r < 0)
+                        return r;
+        }
         if (!order)
                 order = &all;
         snprintf(lim, sizeof(lim), "%d", limit);
@@ -912,13 +983,17 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
          * transaction (and the row locks) open past the sync. The paused form is planned without
          * bitmap scans (for this transaction only): a bitmap scan reads every row of a topic and
          * sorts them, where the index scan in id order stops after the rows it needs, and with
-         * an estimate of a few rows for "topic >= t AND topic <= t" the planner preferred it. */
+         * an estimate of a few rows for "topic >= t AND topic <= t" the planner preferred it.
+         * It is also planned for its values each time (its pinned plans were chosen that way). */
         if (!PQenterPipelineMode(pg->conn) ||
             !PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
             (sql == pg->sql_claim_skip &&
-             !PQsendQueryParams(pg->conn, "SELECT set_config('enable_bitmapscan', 'off', true)", 0, NULL,
-                                NULL, NULL, NULL, 0)) ||
-            !PQsendQueryParams(pg->conn, sql, nparams, NULL, params, NULL, NULL, 1) ||
+             !PQsendQueryParams(pg->conn,
+                                "SELECT set_config('enable_bitmapscan', 'off', true),"
+                                " set_config('plan_cache_mode', 'force_custom_plan', true)",
+                                0, NULL, NULL, NULL, NULL, 0)) ||
+            !PQsendQueryPrepared(pg->conn, sql == pg->sql_claim_skip ? stmt_claim_skip : stmt_claim, nparams,
+                                 params, NULL, NULL, 1) ||
             !PQpipelineSync(pg->conn))
                 return fail_conn(pg, -ECONNRESET, err, errsz, "claim");
         pg->in_tx = true;
@@ -938,6 +1013,7 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
                 }
                 if (r == 0 && PQresultStatus(res) != (i == 0 ? PGRES_COMMAND_OK : PGRES_TUPLES_OK)) {
                         result_err(res, err, errsz, what[i]);
+                        note_stale_plan(pg, res);
                         r = -EIO;
                 }
                 if (last && r == 0)
@@ -1040,9 +1116,9 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
                         goto abandon;
                 }
                 params[0] = done_arr;
-                if (!PQsendQueryParams(pg->conn,
-                                       pg->cfg->relay.finish == FINISH_MARK ? pg->sql_mark : pg->sql_delete,
-                                       1, NULL, params, NULL, NULL, 0))
+                if (!PQsendQueryPrepared(pg->conn,
+                                         pg->cfg->relay.finish == FINISH_MARK ? stmt_mark : stmt_delete, 1,
+                                         params, NULL, NULL, 0))
                         goto send_failed;
                 expected++;
         }
@@ -1066,7 +1142,7 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
                 params[1] = inc;
                 params[2] = fails[i].reason;
                 params[3] = fails[i].dead ? "true" : "false";
-                if (!PQsendQueryParams(pg->conn, pg->sql_fail, 4, NULL, params, NULL, NULL, 0))
+                if (!PQsendQueryPrepared(pg->conn, stmt_fail, 4, params, NULL, NULL, 0))
                         goto send_failed;
                 expected++;
                 i = j;
@@ -1088,6 +1164,7 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
 
                         if (st != PGRES_COMMAND_OK) {
                                 result_err(res, err, errsz, "finish");
+                                note_stale_plan(pg, res);
                                 first_err = -EIO;
                         } else if (i == expected - 1 && strcmp(PQcmdStatus(res), "COMMIT") != 0) {
                                 set_err(err, errsz, "finish", "COMMIT turned into ROLLBACK");

@@ -246,6 +246,58 @@ static void notify_wakeup(void **state) {
 
 /* A 2 MB row (over message.max.bytes) is dead-lettered with a readable reason while the 1000
  * rows around it, same key included, arrive. */
+/* Swaps the type of outbox.topic (text <-> varchar) with the view on it kept. Returns a new
+ * connection: the old one's cached plans (the test triggers') still expect the old type. */
+static PGconn *retype_topic(PGconn *c, const char *type) {
+        ts_pg_exec(c,
+                   "DO $$ DECLARE d text := pg_get_viewdef('outbox_dead_letters'::regclass); BEGIN"
+                   " DROP VIEW outbox_dead_letters;"
+                   " ALTER TABLE outbox ALTER COLUMN topic TYPE %s;"
+                   " EXECUTE 'CREATE VIEW outbox_dead_letters AS ' || d; END $$",
+                   type);
+        PQfinish(c);
+        return ts_pg_connect();
+}
+
+/* The relay prepares its statements once per connection. A table altered under it so that the
+ * claim's result changes type makes them fail ("cached plan must not change result type"): the
+ * relay prepares them again and goes on, on the same connection. */
+static void altered_table(void **state) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("relay-altered");
+        const char *topics[] = { topic, NULL };
+        struct ts_relay relay;
+        struct ts_msgs m;
+        bool drained;
+
+        (void)state;
+        ts_relay_start(&relay, "poll_interval = \"200ms\";",
+                       "retry = { base = \"50ms\"; cap = \"200ms\"; };");
+        assert_true(ts_relay_log_wait(&relay, "ready", 20000));
+        ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'k', 'before'::text)", topic);
+        assert_true(ts_wait_drained(c, topics, 20000));
+        c = retype_topic(c, "varchar");
+        ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'k', 'altered'::text)", topic);
+        drained = ts_wait_drained(c, topics, 20000);
+        c = retype_topic(c, "text");
+        assert_true(drained);
+        ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'k', 'back'::text)", topic);
+        assert_true(ts_wait_drained(c, topics, 20000));
+        /* It said why the claim failed, and did not reconnect for it. */
+        assert_true(ts_relay_log_count(&relay, "cached plan must not change result type") >= 1);
+        assert_int_equal(ts_relay_log_count(&relay, "connected to PostgreSQL"), 1);
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+
+        ts_consume(topics, 3, 30000, 500, &m);
+        assert_int_equal(m.n, 3);
+        assert_memory_equal(m.v[0].value, "before", 6);
+        assert_memory_equal(m.v[1].value, "altered", 7);
+        assert_memory_equal(m.v[2].value, "back", 4);
+        ts_msgs_free(&m);
+        free(topic);
+        PQfinish(c);
+}
+
 static void oversize_dead_letter(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("relay-oversize");
@@ -406,6 +458,7 @@ int main(void) {
                 cmocka_unit_test_teardown(edge_payloads, ts_teardown),
                 cmocka_unit_test_teardown(bad_headers_dead_letter, ts_teardown),
                 cmocka_unit_test_teardown(notify_wakeup, ts_teardown),
+                cmocka_unit_test_teardown(altered_table, ts_teardown),
                 cmocka_unit_test_teardown(oversize_dead_letter, ts_teardown),
                 cmocka_unit_test_teardown(load_delete, ts_teardown),
                 cmocka_unit_test_teardown(load_mark, ts_teardown),
