@@ -25,12 +25,18 @@ as_pg() {
         if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
-port_in_use() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+# Any TCP socket on the port, listening or connected: a client's local port is taken as well.
+port_in_use() { ss -Htan "sport = :$1" 2>/dev/null | grep -q .; }
 
+# A port below the kernel's ephemeral range, so no outgoing connection can take it between the
+# check and the server's bind (a PostgreSQL start failed with "Address already in use" on a
+# port picked inside that range).
 free_port() {
-        local p
+        local p low
+        low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+        [ "$low" -gt 12000 ] 2>/dev/null || low=32768
         for _ in $(seq 200); do
-                p=$((20000 + RANDOM % 40000))
+                p=$((10000 + RANDOM % (low - 10000)))
                 port_in_use "$p" || { echo "$p"; return; }
         done
         die "no free port found"
