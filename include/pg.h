@@ -47,6 +47,7 @@ struct pg {
         const struct relay_config *cfg; /* borrowed */
         char *sql_claim; /* nothing paused */
         char *sql_claim_skip; /* topics or (topic, key) pairs paused */
+        char *sql_claim_alone; /* ordering = "key", nothing paused, no other relay */
         char *sql_delete;
         char *sql_mark;
         char *sql_fail;
@@ -103,6 +104,7 @@ struct pg_skip {
 struct pg_order {
         unsigned first; /* the bucket tried first; the others follow round from it (share.h) */
         int depth; /* pending rows the claim looks at, at most */
+        bool alone; /* no other relay on the table: take every bucket of the head, no ring walk */
 };
 
 /* BEGIN and claim up to `limit` rows in id order, one round trip, leaving out what `skip`

@@ -127,7 +127,7 @@ static int claim(struct relay *r, int limit, bool probe, struct cycle *c, usec_t
         _cleanup_free_ const char **key_topics = calloc(n_keys + 1, sizeof(char *));
         _cleanup_free_ const char **keys = calloc(n_keys + 1, sizeof(char *));
         struct pg_skip skip = { .topics = topics, .key_topics = key_topics, .keys = keys };
-        struct pg_order order = { 0, limit };
+        struct pg_order order = { 0, limit, false };
         int ret;
 
         if (!topics || !key_topics || !keys) {
@@ -144,7 +144,7 @@ static int claim(struct relay *r, int limit, bool probe, struct cycle *c, usec_t
                  * other relays hold. */
                 struct share_claim sc = share_claim(&r->share, limit);
 
-                order = (struct pg_order){ sc.first, sc.depth };
+                order = (struct pg_order){ sc.first, sc.depth, sc.alone };
         }
         ret = pg_claim(&r->pg, limit, &skip, &order, &c->claimed, c->deadline, err, errsz);
         r->last_in_view = c->claimed.in_view;

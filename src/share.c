@@ -43,6 +43,7 @@ struct share_claim share_claim(const struct share *s, int limit) {
         return (struct share_claim){
                 .first = (unsigned)((unsigned long)(s->rank % relays) * SHARE_BUCKETS / relays),
                 .depth = limit > 0 ? (int)batches * limit : 1,
+                .alone = relays <= 1,
         };
 }
 

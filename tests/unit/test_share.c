@@ -63,18 +63,19 @@ struct claim_case {
         int limit;
         unsigned first;
         int depth;
+        bool alone;
 };
 
 static const struct claim_case claims[] = {
-        { "alone: bucket 0, one batch deep", 1, 0, 500, 0, 500 },
-        { "first of two", 2, 0, 500, 0, 1500 },
-        { "second of two: half way round", 2, 1, 500, 128, 1500 },
-        { "third of three", 3, 2, 1000, 170, 4000 },
-        { "second of three", 3, 1, 1000, 85, 4000 },
-        { "seven relays: depth capped", 7, 6, 100, 219, SHARE_DEPTH_MAX * 100 },
-        { "a rank past the count (stale view) wraps", 2, 5, 10, 128, 30 },
-        { "a probe of 5 rows", 2, 0, 5, 0, 15 },
-        { "no relays counted is one", 0, 0, 50, 0, 50 },
+        { "alone: bucket 0, one batch deep, every bucket", 1, 0, 500, 0, 500, true },
+        { "first of two", 2, 0, 500, 0, 1500, false },
+        { "second of two: half way round", 2, 1, 500, 128, 1500, false },
+        { "third of three", 3, 2, 1000, 170, 4000, false },
+        { "second of three", 3, 1, 1000, 85, 4000, false },
+        { "seven relays: depth capped", 7, 6, 100, 219, SHARE_DEPTH_MAX * 100, false },
+        { "a rank past the count (stale view) wraps", 2, 5, 10, 128, 30, false },
+        { "a probe of 5 rows", 2, 0, 5, 0, 15, false },
+        { "no relays counted is one", 0, 0, 50, 0, 50, true },
 };
 
 static void claim_table(void **state) {
@@ -87,6 +88,7 @@ static void claim_table(void **state) {
                 print_message("# %s\n", c->name);
                 assert_int_equal(sc.first, c->first);
                 assert_int_equal(sc.depth, c->depth);
+                assert_int_equal(sc.alone, c->alone);
                 assert_true(sc.first < SHARE_BUCKETS);
         }
 }
