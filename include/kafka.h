@@ -20,11 +20,13 @@ struct kafka_delivery {
 /* Topics whose metadata the producer asked for up front (kafka_produce), at most this many. */
 #define KAFKA_KNOWN_TOPICS 256
 #define KAFKA_TOPIC_WAIT_MS 250
+#define KAFKA_TOPIC_QUIET (10 * USEC_PER_SEC)
 
 struct kafka {
         rd_kafka_t *rk;
         rd_kafka_topic_t *known[KAFKA_KNOWN_TOPICS];
         size_t n_known, last_known;
+        usec_t topic_quiet_until; /* no metadata waits before this (the last one got no answer) */
         size_t pending; /* delivery reports still to come */
         bool fatal; /* the producer hit a fatal error: stop and let systemd restart */
         char fatal_reason[512];

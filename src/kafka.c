@@ -67,7 +67,9 @@ void kafka_poll(struct kafka *k, int timeout_ms) {
 /* A topic seen for the first time: ask for its metadata now, once, rather than wait for
  * librdkafka's once-a-second look-up of unknown topics (its maintainers' advice for this delay).
  * Bounded: one wait of at most KAFKA_TOPIC_WAIT_MS per topic, for at most KAFKA_KNOWN_TOPICS
- * topics; a failure only leaves the topic to librdkafka's own look-up. */
+ * topics, and after a wait that got no answer (Kafka unreachable) no other wait for
+ * KAFKA_TOPIC_QUIET: a batch of many new topics during an outage must not hold the loop for
+ * a quarter of a second each. A failure only leaves the topic to librdkafka's own look-up. */
 static void know_topic(struct kafka *k, const char *topic) {
         const struct rd_kafka_metadata *md = NULL;
         rd_kafka_topic_t *rkt;
@@ -84,8 +86,12 @@ static void know_topic(struct kafka *k, const char *topic) {
         rkt = rd_kafka_topic_new(k->rk, topic, NULL);
         if (!rkt)
                 return;
-        if (rd_kafka_metadata(k->rk, 0, rkt, &md, KAFKA_TOPIC_WAIT_MS) == RD_KAFKA_RESP_ERR_NO_ERROR)
-                rd_kafka_metadata_destroy(md);
+        if (now_usec() >= k->topic_quiet_until) {
+                if (rd_kafka_metadata(k->rk, 0, rkt, &md, KAFKA_TOPIC_WAIT_MS) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                        rd_kafka_metadata_destroy(md);
+                else
+                        k->topic_quiet_until = now_usec() + KAFKA_TOPIC_QUIET;
+        }
         k->last_known = k->n_known;
         k->known[k->n_known++] = rkt;
 }
