@@ -247,7 +247,8 @@ static enum sample_kind sample(PGconn *pg, const char *app) {
                 const char *state = PQgetvalue(res, 0, 0), *q = PQgetvalue(res, 0, 1);
 
                 if (strcmp(state, "active") == 0)
-                        k = strncmp(q, "SELECT o.id", 11) == 0 ? S_CLAIM
+                        /* the unordered claim, or an ordered one (a CTE) */
+                        k = strncmp(q, "SELECT o.id", 11) == 0 || strncmp(q, "WITH", 4) == 0 ? S_CLAIM
                                 : strncmp(q, "DELETE", 6) == 0 || strncmp(q, "UPDATE", 6) == 0
                                 ? S_FINISH
                                 : S_ACTIVE_OTHER;
