@@ -104,7 +104,7 @@ struct pg_skip {
 struct pg_order {
         unsigned first; /* the bucket tried first; the others follow round from it (share.h) */
         int depth; /* pending rows the claim looks at, at most */
-        bool alone; /* no other relay on the table: take every bucket of the head, no ring walk */
+        bool alone; /* no other relay on the table: the table's lock, exclusive, instead of buckets */
 };
 
 /* BEGIN and claim up to `limit` rows in id order, one round trip, leaving out what `skip`

@@ -32,7 +32,7 @@ struct share {
 struct share_claim {
         unsigned first;
         int depth;
-        bool alone; /* no other relay in view: the claim may take every bucket it looks at */
+        bool alone; /* no other relay in view: the claim takes the table's lock, not buckets */
 };
 
 void share_init(struct share *s);
@@ -46,9 +46,9 @@ bool share_update(struct share *s, const int *slots, size_t n, int own);
 /* Where the next claim of up to `limit` rows starts and how deep it looks. The relays start
  * evenly spread over the buckets, so they seldom try the same ones. Alone it looks one batch
  * deep; with R relays R + 1 batches (the first rows in view may be the others' open batches,
- * and their buckets' later rows too), at most SHARE_DEPTH_MAX. Alone, it may take every bucket
- * of what it looks at: there is nobody to leave buckets to, and counting rows per bucket cost
- * more than the rest of the claim's bucket work. */
+ * and their buckets' later rows too), at most SHARE_DEPTH_MAX. Alone, it takes the table's lock
+ * (exclusive) instead of buckets: there is nobody to leave buckets to, and one lock costs less
+ * than one per bucket of the batch; a stale view costs empty claims, never order (pg.c). */
 struct share_claim share_claim(const struct share *s, int limit);
 
 /* After a claim that returned `got` of up to `limit` rows, having looked at `in_view` pending

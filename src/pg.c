@@ -239,6 +239,15 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
  * the rows are locked with a plain FOR UPDATE, not SKIP LOCKED: a row locked by something else
  * (a program holding outbox rows) is waited for (statement_timeout bounds it) instead of
  * skipped, which could let a later row of its key go first. */
+/* The table's own lock, beside the buckets' (bucket SHARE_BUCKETS of the same class): a relay
+ * that shares the table holds it shared, besides its buckets; a relay alone holds it exclusive
+ * and no bucket. So a relay alone pays one lock per claim instead of one per bucket of its batch
+ * (about 230 at 10,000 keys), and the two kinds of claim still exclude each other: a relay whose
+ * view of the members is stale (it thinks it is alone, or another still thinks so) only gets an
+ * empty claim until its next look. An uncorrelated subquery: one try per claim (an InitPlan),
+ * before the first row is read. */
+#define TABLE_SHARED(cls) "(SELECT pg_try_advisory_xact_lock_shared(" cls ", 256))"
+#define TABLE_ALONE(cls) "(SELECT pg_try_advisory_xact_lock(" cls ", 256))"
 #define BUCKET_EXPR                                                \
         "((CASE WHEN o.key IS NULL THEN hashint8extended(o.id, 0)" \
         " ELSE hashtextextended(o.topic || E'\\x1f' || o.key, 0) END) & 255)::int4"
@@ -266,29 +275,31 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
         "   AND o.published_at IS NULL AND o.dead_at IS NULL"                                   \
         " ORDER BY o.id LIMIT $1 FOR UPDATE"
 /* Nothing paused: the head is the first `depth` pending rows in id order, with their buckets. */
-#define ORDERED_HEAD(depth)                                                                                \
-        " head(id, b) AS MATERIALIZED ("                                                                   \
-        "  SELECT o.id, " BUCKET_EXPR " FROM {table} o WHERE o.published_at IS NULL AND o.dead_at IS NULL" \
-        "  ORDER BY o.id LIMIT " depth "::int8),"
+#define ORDERED_HEAD(depth, cls)                                                                      \
+        " head(id, b) AS MATERIALIZED ("                                                              \
+        "  SELECT o.id, " BUCKET_EXPR " FROM {table} o WHERE " TABLE_SHARED(                          \
+                cls) "   AND o.published_at IS NULL AND o.dead_at IS NULL ORDER BY o.id LIMIT " depth \
+                     "::int8),"
 /* Nothing paused: $2 first bucket, $3 depth, $4 lock class. */
 static const char claim_ordered_tmpl[] =
-        "WITH RECURSIVE" ORDERED_HEAD("$3") ORDERED_PICK("$2::int4", "$4::int4") ORDERED_ROWS;
-/* Nothing paused, and no other relay on the table: every bucket of the head, each tried once,
- * without counting rows (at 10,000 keys a batch of 500 touches about 230 buckets, and the ring
- * walk above cost 2.0-2.8 ms of a 5.3-9.0 ms claim; this form 0.3-0.5 ms). If the view of the members
- * is stale and another relay is there after all, it only takes more buckets than it needs until
- * the next look. $2 depth, $3 lock class. */
-static const char claim_alone_tmpl[] = "WITH" ORDERED_HEAD(
-        "$2") " mine(b) AS MATERIALIZED (SELECT d.b FROM (SELECT DISTINCT h.b FROM head h) d"
-              "  WHERE pg_try_advisory_xact_lock($3::int4, d.b))" ORDERED_ROWS;
+        "WITH RECURSIVE" ORDERED_HEAD("$3", "$4::int4") ORDERED_PICK("$2::int4", "$4::int4") ORDERED_ROWS;
+/* Nothing paused, and no other relay on the table: the table's lock, exclusive, then the first
+ * $1 pending rows in id order, as the unordered claim takes them but waiting for a row something
+ * else holds rather than skipping it (see above). Eight columns: the rows in view are the rows
+ * it got. At 10,000 keys the bucket locks (even without the ring walk's counting) made the
+ * claim of a relay alone 0.68-0.78 of the unordered one's rate in most drains (docs/ordering.md).
+ * {table} is the table, {columns} the column list of claim_fmt; $2 the lock class. */
+static const char claim_alone_tmpl[] = " {columns} FROM {table} o WHERE " TABLE_ALONE(
+        "$2::int4") " AND o.published_at IS NULL AND o.dead_at IS NULL ORDER BY o.id LIMIT $1 FOR UPDATE";
 /* Something paused: claim_skip_tmpl's candidates (already WITH RECURSIVE), then $6 first
  * bucket, $7 lock class. */
 static const char claim_skip_ordered_tail[] =
         ", head(id, b) AS MATERIALIZED ("
         "  SELECT o.id, " BUCKET_EXPR " FROM {table} o"
-        "   WHERE o.id = ANY(ARRAY(SELECT c.id FROM cand c ORDER BY c.id LIMIT $5::int8))"
-        "   AND o.published_at IS NULL AND o.dead_at IS NULL)," ORDERED_PICK("$6::int4", "$7::int4")
-                ORDERED_ROWS;
+        "   WHERE " TABLE_SHARED(
+                "$7::int4") " AND o.id = ANY(ARRAY(SELECT c.id FROM cand c ORDER BY c.id LIMIT $5::int8))"
+                            "   AND o.published_at IS NULL AND o.dead_at IS NULL)," ORDERED_PICK(
+                                    "$6::int4", "$7::int4") ORDERED_ROWS;
 
 static int order_claims(struct pg *pg, const char *table, const char *cols) {
         const char *final = strstr(claim_skip_tmpl, " {columns} FROM {table} o");
@@ -963,10 +974,9 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
         if (ordered) {
                 snprintf(depth, sizeof(depth), "%d", order->depth > limit ? order->depth : limit);
                 if (order->alone) {
-                        /* $2 depth, $3 lock class */
-                        params[1] = depth;
-                        params[2] = cls;
-                        nparams = 3;
+                        /* $2 lock class */
+                        params[1] = cls;
+                        nparams = 2;
                         stmt = stmt_claim_alone;
                 } else {
                         /* $2 first bucket, $3 depth, $4 lock class */

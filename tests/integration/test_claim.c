@@ -1,4 +1,4 @@
-/* test_claim.c -- The claim (pg_claim) against the test bed's PostgreSQL: paused backlogs are not read, order and SKIP LOCKED hold, every error says why. */
+/* test_claim.c -- The claim (pg_claim) against the test bed's PostgreSQL: paused backlogs are not read, order and SKIP LOCKED hold, the ordered claims of a relay alone and of relays sharing exclude each other, every error says why. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -336,6 +336,57 @@ static void skip_locked_still_skips(void **state) {
         ts_pg_exec(admin, "DELETE FROM outbox WHERE topic IN ('%s', '%s')", t, p);
 }
 
+/* ordering = "key": a relay alone takes the table's lock exclusive and no bucket; a relay that
+ * shares takes it shared, and buckets. Each kind of claim gets nothing while the other is open,
+ * whatever its view of the members (a stale view must not break order). */
+static void alone_and_shared_exclude(void **state) {
+        _cleanup_free_ char *t = ts_topic("tc-alone");
+        struct relay_config kcfg;
+        struct pg a, b;
+        const struct pg_order alone = { 0, LIMIT, true }, shared = { 0, 2 * LIMIT, false };
+        const struct {
+                const struct pg_order *first, *second;
+        } cases[] = { { &alone, &shared }, { &shared, &alone }, { &alone, &alone } };
+        char err[512];
+
+        (void)state;
+        assert_int_equal(config_defaults(&kcfg), 0);
+        free(kcfg.postgres.conninfo);
+        kcfg.postgres.conninfo = strdup(ts_conninfo());
+        assert_non_null(kcfg.postgres.conninfo);
+        kcfg.relay.ordering = ORDERING_KEY;
+        assert_int_equal(pg_init(&a, &kcfg), 0);
+        assert_int_equal(pg_init(&b, &kcfg), 0);
+        if (pg_connect(&a, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0 ||
+            pg_connect(&b, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0)
+                fail_msg("pg_connect: %s", err);
+        ts_pg_exec(admin,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 7), 'x'"
+                   " FROM generate_series(1, 20) g",
+                   t);
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                struct pg_batch held, other;
+
+                if (pg_claim(&a, LIMIT, NULL, cases[i].first, &held, now_usec() + 5 * USEC_PER_SEC, err,
+                             sizeof(err)) < 0)
+                        fail_msg("pg_claim (case %zu, first): %s", i, err);
+                assert_true(held.n > 0);
+                assert_id_order(&held);
+                if (pg_claim(&b, LIMIT, NULL, cases[i].second, &other, now_usec() + 5 * USEC_PER_SEC, err,
+                             sizeof(err)) < 0)
+                        fail_msg("pg_claim (case %zu, second): %s", i, err);
+                assert_int_equal(other.n, 0);
+                pg_batch_clear(&other);
+                pg_rollback(&b, now_usec() + 5 * USEC_PER_SEC);
+                pg_batch_clear(&held);
+                pg_rollback(&a, now_usec() + 5 * USEC_PER_SEC);
+        }
+        pg_done(&a);
+        pg_done(&b);
+        config_free(&kcfg);
+        ts_pg_exec(admin, "DELETE FROM outbox WHERE topic = '%s'", t);
+}
+
 /* Defect: some error returns left err unwritten, and the caller logged an uninitialised buffer. */
 static void assert_err(const char *err, const char *what) {
         fprintf(stderr, "  err: '%s'\n", err);
@@ -453,6 +504,7 @@ int main(void) {
                 cmocka_unit_test_setup(paused_key_backlog_not_read, connect_pg),
                 cmocka_unit_test_setup(skip_locked_still_skips, connect_pg),
                 cmocka_unit_test_setup(errors_are_explained, connect_pg),
+                cmocka_unit_test_setup(alone_and_shared_exclude, connect_pg),
         };
 
         ts_env("PGPORT");

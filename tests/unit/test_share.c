@@ -67,7 +67,7 @@ struct claim_case {
 };
 
 static const struct claim_case claims[] = {
-        { "alone: bucket 0, one batch deep, every bucket", 1, 0, 500, 0, 500, true },
+        { "alone: the table's lock (bucket 0, one batch deep)", 1, 0, 500, 0, 500, true },
         { "first of two", 2, 0, 500, 0, 1500, false },
         { "second of two: half way round", 2, 1, 500, 128, 1500, false },
         { "third of three", 3, 2, 1000, 170, 4000, false },
