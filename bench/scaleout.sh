@@ -13,7 +13,9 @@
 #
 # Environment: BENCH_ROWS [1000000], BENCH_WARMUP_ROWS [200000] (one unmeasured drain per mode
 # first), BENCH_BATCH [the relay's default], BENCH_BUILD [build/bench],
-# BENCH_DRAIN_TIMEOUT [360] seconds, BENCH_KEEP=1 keeps the test bed directory.
+# BENCH_DRAIN_TIMEOUT [360] seconds, BENCH_KEEP=1 keeps the test bed directory, BENCH_KEYS ["50 10000"]
+# and BENCH_RELAYS ["1 2 3"] choose the cases, BENCH_REPEAT [1] runs each pair of cases that many
+# times (the table shows medians).
 set -euo pipefail
 
 SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,6 +24,9 @@ ROWS=${BENCH_ROWS:-1000000}
 WARMUP_ROWS=${BENCH_WARMUP_ROWS:-200000}
 BATCH=${BENCH_BATCH:-}
 DRAIN_TIMEOUT=${BENCH_DRAIN_TIMEOUT:-360}
+KEYS=${BENCH_KEYS:-50 10000}
+RELAYS=${BENCH_RELAYS:-1 2 3}
+REPEAT=${BENCH_REPEAT:-1}
 RESULTS=$SRCDIR/bench/results-scaleout.md
 TB=
 PIDS=()
@@ -130,34 +135,47 @@ for ordering in key none; do
 done
 ROWS=$MEASURED_ROWS
 
+# The cases run in pairs, ordered then "none" at the same keys and relays, so a drift of the
+# machine over the run (caches, the broker's JIT, autovacuum) weighs on both sides of a ratio
+# alike; with BENCH_REPEAT > 1 every pair runs that many times and each case reports its median.
 declare -A RATE
-for keys in 50 10000; do
-        for ordering in key none; do
-                for n in 1 2 3; do
-                        r=$(drain "$keys" "$ordering" "$n")
-                        RATE[$keys-$ordering-$n]=$r
-                        say "keys $keys, ordering \"$ordering\", $n relay(s): $(printf '%.0f' "$r") rows/s"
+median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+for keys in $KEYS; do
+        for n in $RELAYS; do
+                declare -A RUNS=()
+                for rep in $(seq "$REPEAT"); do
+                        for ordering in key none; do
+                                r=$(drain "$keys" "$ordering" "$n" "scaleout$([ "$REPEAT" -gt 1 ] && echo "-r$rep")")
+                                RUNS[$ordering]="${RUNS[$ordering]:-} $r"
+                                say "keys $keys, ordering \"$ordering\", $n relay(s): $(printf '%.0f' "$r") rows/s"
+                        done
                 done
+                for ordering in key none; do
+                        RATE[$keys-$ordering-$n]=$(echo ${RUNS[$ordering]} | median)
+                done
+                unset RUNS
         done
 done
 
 {
-        echo "### Several relays on one table ($(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/scaleout.sh\`, $ROWS rows per case)"
+        echo "### Several relays on one table ($(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/scaleout.sh\`, $ROWS rows per case$([ "$REPEAT" -gt 1 ] && echo ", median of $REPEAT runs each, in pairs"))"
         echo
         echo "| keys | relays | ordered (\"key\") rows/s | \"none\" rows/s | ordered ÷ none | ordered ÷ 1 relay ordered |"
         echo "|---|---|---|---|---|---|"
-        for keys in 50 10000; do
-                for n in 1 2 3; do
-                        o=${RATE[$keys-key-$n]} u=${RATE[$keys-none-$n]} o1=${RATE[$keys-key-1]}
+        for keys in $KEYS; do
+                for n in $RELAYS; do
+                        o=${RATE[$keys-key-$n]} u=${RATE[$keys-none-$n]} o1=${RATE[$keys-key-${RELAYS%% *}]}
                         printf '| %s | %s | %.0f | %.0f | %.3f | %.3f |\n' "$keys" "$n" "$o" "$u" \
                                 "$(calc "$o / $u")" "$(calc "$o / $o1")"
                 done
         done
         echo
-        for n in 1 2 3; do
-                printf -- '- %s relay(s): ordered at 50 keys ÷ ordered at 10,000 keys = %.3f\n' "$n" \
-                        "$(calc "${RATE[50-key-$n]} / ${RATE[10000-key-$n]}")"
-        done
+        if [ "$KEYS" = "50 10000" ]; then
+                for n in $RELAYS; do
+                        printf -- '- %s relay(s): ordered at 50 keys ÷ ordered at 10,000 keys = %.3f\n' "$n" \
+                                "$(calc "${RATE[50-key-$n]} / ${RATE[10000-key-$n]}")"
+                done
+        fi
         echo
         echo "Machine: $(nproc) cores, PostgreSQL, Kafka and the relays on it; durability as scripts/testbed.sh sets it."
 } | tee "$RESULTS"
