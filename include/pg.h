@@ -22,9 +22,8 @@ struct pg_row {
         size_t payload_len;
         int64_t timestamp_ms; /* created_at, milliseconds since the epoch */
         int attempts;
-        const char *headers; /* "name\0value\0" pairs expanded by SQL; NULL = none */
+        const char *headers; /* the headers column as JSON text (headers.h); NULL = SQL NULL */
         size_t headers_len;
-        const char *map_error; /* why the row cannot become a message (bad headers); NULL = fine */
 };
 
 struct pg_batch {

@@ -4,9 +4,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "batch.h"
+#include "headers.h"
 #include "log.h"
 #include "message.h"
 
@@ -21,24 +23,65 @@ struct cycle {
         struct kafka_delivery *slots; /* librdkafka's opaque per row: its report lands here */
         usec_t deadline; /* the whole cycle, finish included */
         usec_t publish_deadline; /* producing and awaiting reports */
+        char *pairs; /* every row's headers, expanded ("name\0value\0" pairs), one after another */
+        struct cycle_headers {
+                size_t at, len; /* the row's pairs in `pairs`; len 0: none */
+                char *error; /* why its headers cannot be sent (headers.h), or NULL */
+        } * headers;
 };
 
 static void cycle_free(struct cycle *c) {
+        for (size_t i = 0; c->headers && i < c->claimed.n; i++)
+                free(c->headers[i].error);
+        free(c->headers);
+        free(c->pairs);
         pg_batch_clear(&c->claimed);
         batch_free(&c->b);
         free(c->slots);
         memset(c, 0, sizeof(*c));
 }
 
+/* Reads every row's headers (one buffer for the batch's pairs: they fit in the text they come
+ * from). A row whose headers cannot be sent gets its reason, and the batch dead-letters it.
+ * Returns 0 or -ENOMEM. */
+static int expand_headers(struct cycle *c) {
+        size_t total = 1, at = 0;
+
+        for (size_t i = 0; i < c->claimed.n; i++)
+                total += c->claimed.rows[i].headers_len;
+        c->pairs = malloc(total);
+        c->headers = calloc(c->claimed.n, sizeof(*c->headers));
+        if (!c->pairs || !c->headers)
+                return -ENOMEM;
+        for (size_t i = 0; i < c->claimed.n; i++) {
+                const struct pg_row *row = &c->claimed.rows[i];
+                char reason[HEADERS_REASON_MAX];
+                int ret = headers_expand(row->headers, row->headers_len, c->pairs + at, &c->headers[i].len,
+                                         reason, sizeof(reason));
+
+                if (ret < 0)
+                        return ret;
+                if (ret > 0) {
+                        c->headers[i].error = strdup(reason);
+                        if (!c->headers[i].error)
+                                return -ENOMEM;
+                }
+                c->headers[i].at = at;
+                at += c->headers[i].len;
+        }
+        return 0;
+}
+
 /* Produces row i. A full local queue is back-pressure: serve reports, the watchdog and signals
  * until there is room, the deadline passes or a second signal comes. */
 static rd_kafka_resp_err_t produce_row(struct relay *r, struct cycle *c, size_t i) {
         const struct pg_row *row = &c->claimed.rows[i];
+        const struct cycle_headers *hd = &c->headers[i];
 
         for (;;) {
                 rd_kafka_headers_t *h = NULL;
                 rd_kafka_resp_err_t e;
-                int ret = message_headers(row->headers, row->headers_len, row->id, &h);
+                int ret = message_headers(hd->len ? c->pairs + hd->at : NULL, hd->len, row->id, &h);
 
                 if (ret == -EBADMSG) {
                         c->b.rows[i].map_error = "headers could not be expanded";
@@ -290,7 +333,7 @@ int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdi
                 return 0;
         ret = batch_init(&c.b, c.claimed.n);
         c.slots = calloc(c.claimed.n, sizeof(*c.slots));
-        if (ret < 0 || !c.slots) {
+        if (ret < 0 || !c.slots || expand_headers(&c) < 0) {
                 ret = -ENOMEM;
                 goto rollback;
         }
@@ -301,7 +344,7 @@ int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdi
                                                   .topic = row->topic,
                                                   .key = row->key,
                                                   .attempts = row->attempts,
-                                                  .map_error = row->map_error };
+                                                  .map_error = c.headers[i].error };
         }
         ret = batch_prepare(&c.b);
         if (ret < 0)

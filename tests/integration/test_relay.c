@@ -421,6 +421,92 @@ static void bad_headers_dead_letter(void **state) {
         PQfinish(c);
 }
 
+/* The relay reads headers in C (headers.c); the claim's SQL used to check them. Every reason
+ * must be the one that SQL gave, and every good row's headers must arrive as jsonb_each_text
+ * lists them: headers of every JSON type and shape, names that quote_literal() escapes, numbers
+ * no double holds, deep nesting, non-ASCII text. The SQL below is the old claim's, verbatim. */
+static void headers_as_sql_read_them(void **state) {
+        static const char *const cases[] = {
+                "{\"plain\": \"v\", \"sp ace\": \"x y\", \"\": \"\"}",
+                "{\"é\": \"ü\", \"emoji\": \"\\ud83d\\ude00\", \"ctl\": \"a\\nb\\tc\\u0001\"}",
+                "{\"q\": \"it's \\\"quoted\\\" \\\\ back\"}",
+                "{}",
+                "null",
+                "[]",
+                "\"text\"",
+                "1e400",
+                "true",
+                "{\"it's\": 1}",
+                "{\"a\\\\b\": false}",
+                "{\"it's\\\\\": []}",
+                "{\"big\": 1e400, \"a\": \"ok\"}",
+                "{\"neg\": -123456789012345678901234567890.5e-3}",
+                "{\"zz\": null, \"b\": {}}",
+                "{\"deep\": "
+                "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+                "{\"s\": \"1e400\", \"o\": {\"outbox-id\": \"x\"}}",
+                "{\"outbox-id\": 5, \"a\": 1}",
+                "{\"OUTBOX-ID\": \"not ours\"}",
+        };
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("relay-hdrsql");
+        const char *topics[] = { topic, NULL };
+        struct ts_relay relay;
+        struct ts_msgs m;
+        struct ts_verify v;
+        size_t n = sizeof(cases) / sizeof(cases[0]), dead;
+
+        (void)state;
+        ts_pg_install_copy(c);
+        for (size_t i = 0; i < n; i++) {
+                const char *vals[2] = { topic, cases[i] };
+                PGresult *res = PQexecParams(c,
+                                             "INSERT INTO outbox (topic, key, payload, headers)"
+                                             " VALUES ($1, 'k', 'p', $2::jsonb)",
+                                             2, NULL, vals, NULL, NULL, 0);
+
+                if (PQresultStatus(res) != PGRES_COMMAND_OK)
+                        fail_msg("case %zu (%s): %s", i, cases[i], PQerrorMessage(c));
+                PQclear(res);
+        }
+        ts_relay_start(&relay, "poll_interval = \"1s\";", NULL);
+        assert_true(ts_wait_drained(c, topics, 20000));
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+        /* Every row with a reason by the old SQL is dead with exactly that reason, and no other. */
+        ts_pg_exec(c,
+                   "CREATE TEMP TABLE hdr_expected AS SELECT id, CASE"
+                   "  WHEN o.headers IS NULL OR jsonb_typeof(o.headers) = 'null' THEN NULL"
+                   "  WHEN jsonb_typeof(o.headers) <> 'object' THEN"
+                   "   format('headers must be a JSON object (got %%s)', jsonb_typeof(o.headers))"
+                   "  WHEN o.headers ? 'outbox-id' THEN 'header ''outbox-id'' is reserved for the relay'"
+                   "  WHEN jsonb_path_exists(o.headers, 'strict $.* ? (@.type() != \"string\")') THEN"
+                   "   (SELECT format('header %%s must have a string value (got %%s)',"
+                   "                  quote_literal(h.key), jsonb_typeof(h.value))"
+                   "      FROM jsonb_each(o.headers) h WHERE jsonb_typeof(h.value) <> 'string' LIMIT 1) END"
+                   "  AS reason FROM outbox_test_copy o WHERE o.topic = '%s'",
+                   topic);
+        dead = (size_t)ts_pg_int(c, "SELECT count(*) FROM hdr_expected WHERE reason IS NOT NULL");
+        assert_int_equal(dead, 13);
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT count(*) FROM hdr_expected e JOIN outbox o USING (id)"
+                                   " WHERE o.dead_at IS NOT NULL AND o.last_error = e.reason"),
+                         dead);
+        assert_int_equal(
+                ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NOT NULL", topic),
+                dead);
+        /* The rest arrived, headers as jsonb_each_text lists them. */
+        ts_consume(topics, n - dead, 30000, 500, &m);
+        ts_verify(c, topics, &m, true, &v);
+        assert_int_equal(v.expected, n - dead);
+        assert_int_equal(v.consumed, n - dead);
+        assert_int_equal(v.missing + v.mismatched + v.duplicates + v.unexpected + v.order_violations, 0);
+        ts_msgs_free(&m);
+        ts_pg_exec(c, "DROP TABLE hdr_expected");
+        ts_pg_exec(c, "DELETE FROM outbox WHERE topic = '%s'", topic);
+        free(topic);
+        PQfinish(c);
+}
+
 /* finish = "mark" with a retention: marked rows older than it are deleted in small batches,
  * more than one batch's worth at a time; younger ones stay. */
 static void mark_retention(void **state) {
@@ -457,6 +543,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_teardown(edge_payloads, ts_teardown),
                 cmocka_unit_test_teardown(bad_headers_dead_letter, ts_teardown),
+                cmocka_unit_test_teardown(headers_as_sql_read_them, ts_teardown),
                 cmocka_unit_test_teardown(notify_wakeup, ts_teardown),
                 cmocka_unit_test_teardown(altered_table, ts_teardown),
                 cmocka_unit_test_teardown(oversize_dead_letter, ts_teardown),

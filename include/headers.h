@@ -1,0 +1,23 @@
+/* headers.h -- A row's headers column (jsonb, as JSON text) checked and expanded in C; pure, no I/O. */
+#pragma once
+
+#include <stddef.h>
+
+/* Room for a reason: batch rows keep 319 characters of it (batch.h). */
+#define HEADERS_REASON_MAX 320
+
+/* Reads the headers column of one row: `json` is its text as PostgreSQL sends a jsonb (`len`
+ * bytes; NULL for SQL NULL). Valid headers, a JSON object of string values, are written to
+ * `out` as "name\0value\0" pairs in the object's order (jsonb's: shorter names first), and
+ * *out_len says how long; SQL NULL and JSON null mean no headers (*out_len = 0). `out` needs
+ * room for `len` bytes: the pairs are never longer than the text they come from.
+ *
+ * Returns 0 when the headers are usable, 1 when they are not (then `reason` says why, in the
+ * words the relay has always stored in last_error: "headers must be a JSON object (got
+ * array)", "header 'outbox-id' is reserved for the relay", "header 'n' must have a string
+ * value (got number)" for the first such name, quoted as quote_literal() does), -ENOMEM. */
+int headers_expand(const char *json, size_t len, char *out, size_t *out_len, char *reason, size_t reasonsz);
+
+/* PostgreSQL's quote_literal(): 'it''s', and E'a\\b' when there is a backslash. Writes at most
+ * `size` bytes including the terminating NUL (truncating); returns the full length. */
+size_t headers_quote_literal(const char *s, char *buf, size_t size);

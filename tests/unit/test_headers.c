@@ -1,0 +1,163 @@
+/* test_headers.c -- A row's headers as JSON text (what PostgreSQL sends for a jsonb) to "name\0value\0" pairs or the dead-letter reason the SQL used to give, as table cases. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "headers.h"
+#include "util.h"
+
+struct expand_case {
+        const char *name;
+        const char *json; /* as jsonb_out() writes it; NULL = SQL NULL */
+        int ret;
+        const char *pairs; /* "name=value;" per pair, for ret 0 */
+        const char *reason; /* for ret 1 */
+};
+
+static const struct expand_case expands[] = {
+        { "SQL NULL: no headers", NULL, 0, "", NULL },
+        { "JSON null: no headers", "null", 0, "", NULL },
+        { "empty object: no headers", "{}", 0, "", NULL },
+        { "three headers, in jsonb's order",
+          "{\"type\": \"order.created\", \"source\": \"shop\", \"trace-id\": \"ab\"}", 0,
+          "type=order.created;source=shop;trace-id=ab;", NULL },
+        { "escapes are decoded", "{\"a\\\"b\": \"line\\nnext \\u00e9 \\ud83d\\ude00\"}", 0,
+          "a\"b=line\nnext \xc3\xa9 \xf0\x9f\x98\x80;", NULL },
+        { "empty name and value", "{\"\": \"\"}", 0, "=;", NULL },
+        { "an array", "[1, 2]", 1, NULL, "headers must be a JSON object (got array)" },
+        { "a string", "\"x\"", 1, NULL, "headers must be a JSON object (got string)" },
+        { "a number", "42", 1, NULL, "headers must be a JSON object (got number)" },
+        { "a boolean", "true", 1, NULL, "headers must be a JSON object (got boolean)" },
+        { "the relay's own header", "{\"a\": 1, \"outbox-id\": \"7\"}", 1, NULL,
+          "header 'outbox-id' is reserved for the relay" },
+        { "a number value", "{\"n\": 1}", 1, NULL, "header 'n' must have a string value (got number)" },
+        { "a null value", "{\"z\": null}", 1, NULL, "header 'z' must have a string value (got null)" },
+        { "an array value", "{\"arr\": [\"x\"]}", 1, NULL,
+          "header 'arr' must have a string value (got array)" },
+        { "an object value", "{\"o\": {\"x\": \"y\"}}", 1, NULL,
+          "header 'o' must have a string value (got object)" },
+        { "a boolean value", "{\"b\": false}", 1, NULL, "header 'b' must have a string value (got boolean)" },
+        { "the first bad name in jsonb's order", "{\"a\": \"ok\", \"bb\": 2, \"cc\": null}", 1, NULL,
+          "header 'bb' must have a string value (got number)" },
+        { "a quote in the name, as quote_literal() writes it", "{\"it's\": 1}", 1, NULL,
+          "header 'it''s' must have a string value (got number)" },
+        { "a backslash in the name, as quote_literal() writes it", "{\"a\\\\b\": true}", 1, NULL,
+          "header E'a\\\\b' must have a string value (got boolean)" },
+        { "a number beyond a double (numeric holds it)", "{\"big\": 1e400}", 1, NULL,
+          "header 'big' must have a string value (got number)" },
+        { "an integer beyond 64 bits", "{\"k\": \"v\", \"huge\": -123456789012345678901234567890}", 1, NULL,
+          "header 'huge' must have a string value (got number)" },
+        { "numbers inside strings are left alone", "{\"e\": \"1e400\", \"x\": [1e999, \"-2\"]}", 1, NULL,
+          "header 'x' must have a string value (got array)" },
+        { "a top-level number beyond a double", "-1E+500", 1, NULL,
+          "headers must be a JSON object (got number)" },
+        { "not JSON at all (not from jsonb): says what the reader saw", "{\"a\": ", 1, NULL,
+          "headers could not be read as JSON: " },
+};
+
+/* "name=value;" per pair of an expansion. */
+static char *pairs_text(const char *buf, size_t len) {
+        char *s = calloc(1, 2 * len + 1);
+        size_t n = 0;
+
+        assert_non_null(s);
+        for (size_t i = 0; i < len;) {
+                size_t nl = strlen(buf + i), vl = strlen(buf + i + nl + 1);
+
+                memcpy(s + n, buf + i, nl);
+                n += nl;
+                s[n++] = '=';
+                memcpy(s + n, buf + i + nl + 1, vl);
+                n += vl;
+                s[n++] = ';';
+                i += nl + vl + 2;
+        }
+        return s;
+}
+
+static void expand_table(void **state) {
+        (void)state;
+        for (size_t i = 0; i < ELEMENTSOF(expands); i++) {
+                const struct expand_case *c = &expands[i];
+                size_t len = c->json ? strlen(c->json) : 0, out_len = 99;
+                char *out = malloc(len + 1);
+                char reason[HEADERS_REASON_MAX];
+
+                print_message("# %s\n", c->name);
+                assert_non_null(out);
+                assert_int_equal(headers_expand(c->json, len, out, &out_len, reason, sizeof(reason)), c->ret);
+                if (c->ret == 0) {
+                        char *got = pairs_text(out, out_len);
+
+                        assert_true(out_len <= len);
+                        assert_string_equal(got, c->pairs);
+                        assert_string_equal(reason, "");
+                        free(got);
+                } else {
+                        assert_int_equal(out_len, 0);
+                        assert_int_equal(strncmp(reason, c->reason, strlen(c->reason)), 0);
+                        if (strstr(c->reason, "could not be read") == NULL)
+                                assert_string_equal(reason, c->reason);
+                }
+                free(out);
+        }
+}
+
+/* The expansion fits in the text's length, whatever the escapes (headers.h promises it). */
+static void expansion_fits(void **state) {
+        static const char *const texts[] = { "{\"a\": \"b\"}", "{\"\": \"\"}",
+                                             "{\"\\u00e9\": \"\\ud83d\\ude00\"}",
+                                             "{\"x\": \"\", \"y\": \"\", \"z\": \"\"}" };
+
+        (void)state;
+        for (size_t i = 0; i < ELEMENTSOF(texts); i++) {
+                size_t len = strlen(texts[i]), out_len;
+                char *out = malloc(len);
+                char reason[HEADERS_REASON_MAX];
+
+                assert_non_null(out);
+                assert_int_equal(headers_expand(texts[i], len, out, &out_len, reason, sizeof(reason)), 0);
+                assert_true(out_len <= len);
+                free(out);
+        }
+}
+
+struct quote_case {
+        const char *in, *out;
+};
+
+static const struct quote_case quotes[] = {
+        { "plain", "'plain'" },    { "", "''" }, { "it's", "'it''s'" }, { "a\\b", "E'a\\\\b'" },
+        { "'\\'", "E'''\\\\'''" },
+};
+
+static void quote_table(void **state) {
+        char small[4];
+
+        (void)state;
+        for (size_t i = 0; i < ELEMENTSOF(quotes); i++) {
+                char buf[64];
+
+                assert_int_equal(headers_quote_literal(quotes[i].in, buf, sizeof(buf)),
+                                 strlen(quotes[i].out));
+                assert_string_equal(buf, quotes[i].out);
+        }
+        /* truncated, still terminated, full length returned */
+        assert_int_equal(headers_quote_literal("abcdef", small, sizeof(small)), 8);
+        assert_string_equal(small, "'ab");
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(expand_table),
+                cmocka_unit_test(expansion_fits),
+                cmocka_unit_test(quote_table),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
