@@ -1091,18 +1091,29 @@ lost:
         return fail_conn(pg, r, err, errsz, "claim");
 }
 
-/* "{1,2,3}" for an int8[] parameter in text format. */
-static char *id_array(const int64_t *ids, size_t n) {
-        size_t cap = 2 + n * 21 + 1, len = 0;
-        char *s = malloc(cap);
+/* The ids as a binary int8[] parameter (*len bytes): no number formatting or parsing. */
+static char *id_array(const int64_t *ids, size_t n, int *len) {
+        /* array_recv()'s format: dimensions, no NULLs, element type int8 (oid 20), one dimension
+         * of n from 1, then each element's length and big-endian value. */
+        size_t size = 20 + 12 * n;
+        char *s = malloc(size), *p = s;
+        uint32_t head[5] = { htobe32(1), htobe32(0), htobe32(20), htobe32((uint32_t)n), htobe32(1) };
 
-        if (!s)
+        if (!s || size > INT32_MAX) {
+                free(s);
                 return NULL;
-        s[len++] = '{';
-        for (size_t i = 0; i < n; i++)
-                len += (size_t)snprintf(s + len, cap - len, "%s%lld", i ? "," : "", (long long)ids[i]);
-        s[len++] = '}';
-        s[len] = 0;
+        }
+        memcpy(p, head, sizeof(head));
+        p += sizeof(head);
+        for (size_t i = 0; i < n; i++) {
+                uint32_t l = htobe32(8);
+                uint64_t v = htobe64((uint64_t)ids[i]);
+
+                memcpy(p, &l, 4);
+                memcpy(p + 4, &v, 8);
+                p += 12;
+        }
+        *len = (int)size;
         return s;
 }
 
@@ -1110,6 +1121,8 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
               size_t n_fails, usec_t deadline, char *err, size_t errsz) {
         _cleanup_free_ char *done_arr = NULL;
         _cleanup_free_ int64_t *group = NULL;
+        /* The id lists go in binary (int8[]), the rest as text. */
+        static const int formats[4] = { 1, 0, 0, 0 };
         char **fail_arrs = NULL;
         size_t n_groups = 0, expected = 0;
         int r = 0, first_err = 0;
@@ -1136,8 +1149,9 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
         }
         if (n_done) {
                 const char *params[1];
+                int lengths[1];
 
-                done_arr = id_array(done, n_done);
+                done_arr = id_array(done, n_done, &lengths[0]);
                 if (!done_arr) {
                         r = -ENOMEM;
                         goto abandon;
@@ -1145,7 +1159,7 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
                 params[0] = done_arr;
                 if (!PQsendQueryPrepared(pg->conn,
                                          pg->cfg->relay.finish == FINISH_MARK ? stmt_mark : stmt_delete, 1,
-                                         params, NULL, NULL, 0))
+                                         params, lengths, formats, 0))
                         goto send_failed;
                 expected++;
         }
@@ -1155,11 +1169,12 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
                 size_t j = i, k = 0;
                 char inc[12];
                 const char *params[4];
+                int lengths[4] = { 0 };
 
                 while (j < n_fails && fails[j].attempts_inc == fails[i].attempts_inc &&
                        fails[j].dead == fails[i].dead && strcmp(fails[j].reason, fails[i].reason) == 0)
                         group[k++] = fails[j++].id;
-                fail_arrs[n_groups] = id_array(group, k);
+                fail_arrs[n_groups] = id_array(group, k, &lengths[0]);
                 if (!fail_arrs[n_groups]) {
                         r = -ENOMEM;
                         goto abandon;
@@ -1169,7 +1184,7 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
                 params[1] = inc;
                 params[2] = fails[i].reason;
                 params[3] = fails[i].dead ? "true" : "false";
-                if (!PQsendQueryPrepared(pg->conn, stmt_fail, 4, params, NULL, NULL, 0))
+                if (!PQsendQueryPrepared(pg->conn, stmt_fail, 4, params, lengths, formats, 0))
                         goto send_failed;
                 expected++;
                 i = j;
