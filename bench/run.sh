@@ -11,7 +11,9 @@
 #   2. relay:   1M rows drained by the relay (release build) into Kafka: events/s, ratio to the
 #      ceiling, CPU seconds per million events, peak RSS, where the time went;
 #   3. latency: rows inserted at a steady 1,000/s for 30 s while the relay runs, consumed from
-#      Kafka: p50/p90/p99/max, and every row must arrive.
+#      Kafka: p50/p90/p99/max, and every row must arrive;
+#   4. reference: the same 1M rows drained by a minimal relay (bench/reference_relay.py), so the
+#      relay's rate is shown as a ratio to it too.
 # Prints a markdown results table and writes it to bench/results-latest.md.
 #
 # Environment (defaults in brackets): BENCH_ROWS [1000000], BENCH_BATCH [1000],
@@ -326,6 +328,32 @@ N_WARN=$(grep -c ' <4>' "$TB/relay.log" || true)
 LOG_ISSUES=$( (grep ' <[0-4]>' "$TB/relay.log" || true) | cut -d' ' -f2- | sed -e 's/[0-9]\{3,\}/N/g' | sort | uniq -c | sort -rn | head -5 |
         awk '{ c = $1; $1 = ""; sub(/^ /, ""); printf "%s%dx `%s`", (NR > 1 ? "; " : ""), c, $0 }')
 
+# ---- 4. the reference relay on the same data --------------------------------------------------
+
+# A minimal relay as a team would write it (bench/reference_relay.py: SKIP LOCKED claim, produce,
+# flush, DELETE, COMMIT; the same librdkafka settings), on a fresh fill into its own topic.
+REF_TOPIC=$TOPIC-reference
+"$UTIL" create-topic --topic "$REF_TOPIC" --partitions 3 || die "creating topic '$REF_TOPIC' failed"
+MAIN_TOPIC=$TOPIC TOPIC=$REF_TOPIC
+fill "reference relay fill"
+TOPIC=$MAIN_TOPIC
+say "reference relay: draining $ROWS rows"
+REF_T0=$EPOCHREALTIME
+TIMEFORMAT='%3U %3S'
+{ time timeout "$DRAIN_TIMEOUT" /usr/bin/python3 "$SRCDIR/bench/reference_relay.py" "$BATCH" >"$TB/reference.log" 2>&1; } \
+        2>"$TB/reference.time" || { tail -5 "$TB/reference.log" >&2; die "the reference relay failed"; }
+REF_T1=$EPOCHREALTIME
+left=$(q 'SELECT count(*) FROM outbox')
+[ "$left" = 0 ] || die "the reference relay left $left rows in the outbox"
+REF_MSGS=$("$UTIL" watermarks --topic "$REF_TOPIC")
+[ "$REF_MSGS" -ge "$ROWS" ] || die "only $REF_MSGS of $ROWS rows reached '$REF_TOPIC' from the reference relay"
+REF_SECS=$(calc "$REF_T1 - $REF_T0")
+REF_RATE=$(calc "$ROWS / $REF_SECS")
+REF_CPU=$(awk '{ printf "%.3f", $1 + $2 }' "$TB/reference.time")
+REF_CPU_PER_M=$(calc "$REF_CPU * 1000000 / $ROWS")
+REF_RATIO=$(calc "$RELAY_RATE / $REF_RATE")
+say "reference relay: $ROWS rows in $(fmt %.3f "$REF_SECS")s = $(fmt %.0f "$REF_RATE") events/s; relay ÷ reference $(fmt %.3f "$REF_RATIO")"
+
 # ---- results -----------------------------------------------------------------------------------
 
 PG_VERSION=$(q 'SHOW server_version')
@@ -363,6 +391,8 @@ LAT_OK="every row arrived"
                 echo "| relay steady rate (between its first and last summary line, $STEADY_SPAN s apart) | $STEADY_RATE events/s |"
         fi
         echo "| relay ÷ ceiling | **$(fmt %.3f "$RATIO")** |"
+        echo "| reference relay (\`bench/reference_relay.py\`: Python, psycopg2 + confluent-kafka on the same librdkafka; SKIP LOCKED claim, produce, flush, DELETE, COMMIT; batch $BATCH), same data, own topic | $(fmt %.0f "$REF_RATE") events/s ($(fmt %.3f "$REF_SECS") s from start to exit, CPU $(fmt %.2f "$REF_CPU") s = $(fmt %.2f "$REF_CPU_PER_M") s per million events) |"
+        echo "| relay ÷ reference relay | **$(fmt %.3f "$REF_RATIO")** |"
         echo "| relay CPU per million events (utime+stime at drain end) | **$(fmt %.2f "$RELAY_CPU_PER_M") s** ($(fmt %.2f "$RELAY_CPU") s for $(thousands "$ROWS")); before stop: $(fmt %.2f "$RELAY_CPU_END") s for $(thousands "$RELAY_EVENTS_END") events incl. the latency phase |"
         echo "| relay peak RSS (VmHWM before stop) | **$(fmt %.1f "$(calc "$RELAY_HWM / 1024")") MiB** (VmRSS $(fmt %.1f "$(calc "$RELAY_RSS / 1024")") MiB) |"
         echo "| CPU during the drain ($(fmt %.1f "$RELAY_SECS") s wall, $(nproc) cores) | relay $(fmt %.2f "$RELAY_CPU") s, its PostgreSQL backend $(fmt %.2f "$BACKEND_CPU") s, Kafka broker $(fmt %.2f "$KAFKA_CPU") s, everything else $(fmt %.2f "$OTHER_CPU") s; machine busy $(fmt %.0f "$MACHINE_BUSY") % |"
