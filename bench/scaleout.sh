@@ -135,16 +135,18 @@ for ordering in key none; do
 done
 ROWS=$MEASURED_ROWS
 
-# The cases run in pairs, ordered then "none" at the same keys and relays, so a drift of the
+# The cases run in pairs, ordered and "none" at the same keys and relays, so a drift of the
 # machine over the run (caches, the broker's JIT, autovacuum) weighs on both sides of a ratio
-# alike; with BENCH_REPEAT > 1 every pair runs that many times and each case reports its median.
+# alike; with BENCH_REPEAT > 1 every pair runs that many times, which goes first alternating,
+# and each case reports its median.
 declare -A RATE
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 for keys in $KEYS; do
         for n in $RELAYS; do
                 declare -A RUNS=()
                 for rep in $(seq "$REPEAT"); do
-                        for ordering in key none; do
+                        # odd runs ordered first, even runs "none" first
+                        for ordering in $([ $((rep % 2)) = 1 ] && echo key none || echo none key); do
                                 r=$(drain "$keys" "$ordering" "$n" "scaleout$([ "$REPEAT" -gt 1 ] && echo "-r$rep")")
                                 RUNS[$ordering]="${RUNS[$ordering]:-} $r"
                                 say "keys $keys, ordering \"$ordering\", $n relay(s): $(printf '%.0f' "$r") rows/s"
