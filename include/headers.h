@@ -7,7 +7,7 @@
 #define HEADERS_REASON_MAX 320
 
 /* Reads the headers column of one row: `json` is its text as PostgreSQL sends a jsonb (`len`
- * bytes; NULL for SQL NULL). Valid headers, a JSON object of string values, are written to
+ * bytes and a NUL after them, as libpq gives every value; NULL for SQL NULL). Valid headers, a JSON object of string values, are written to
  * `out` as "name\0value\0" pairs in the object's order (jsonb's: shorter names first), and
  * *out_len says how long; SQL NULL and JSON null mean no headers (*out_len = 0). `out` needs
  * room for `len` bytes: the pairs are never longer than the text they come from.

@@ -2,31 +2,36 @@
 #include "headers.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
+#include <json-c/json.h>
 
 #define RESERVED_HEADER "outbox-id"
 
+/* How deep a document may nest: deeper headers (invalid anyway: a header value is a string) get
+ * "headers could not be read as JSON: nesting too deep" instead of the type of their value. The
+ * parser's stack is allocated up front (about 40 bytes a level). */
+#define MAX_DEPTH 1024
+
 /* jsonb_typeof()'s names, which the reasons have always used. */
-static const char *type_name(const json_t *v) {
-        switch (json_typeof(v)) {
-        case JSON_OBJECT:
+static const char *type_name(const json_object *v) {
+        switch (json_object_get_type(v)) {
+        case json_type_object:
                 return "object";
-        case JSON_ARRAY:
+        case json_type_array:
                 return "array";
-        case JSON_STRING:
+        case json_type_string:
                 return "string";
-        case JSON_INTEGER:
-        case JSON_REAL:
+        case json_type_int:
+        case json_type_double:
                 return "number";
-        case JSON_TRUE:
-        case JSON_FALSE:
+        case json_type_boolean:
                 return "boolean";
-        case JSON_NULL:
+        case json_type_null:
                 break;
         }
         return "null";
@@ -56,120 +61,83 @@ size_t headers_quote_literal(const char *s, char *buf, size_t size) {
         return n;
 }
 
-/* PostgreSQL's numeric holds numbers a double cannot (1e400), and jansson refuses them. Only a
- * number's type matters here (a header value must be a string), so a copy with every number
- * outside the strings written as 0 is read instead. NULL without memory. */
-static char *numbers_as_zero(const char *json, size_t len) {
-        char *s = malloc(len + 1);
-        bool in_string = false;
+/* headers_expand() once a document is read. */
+static int expand(json_object *root, size_t len, char *out, size_t *out_len, char *reason, size_t reasonsz) {
+        size_t n = 0;
 
-        if (!s)
-                return NULL;
-        memcpy(s, json, len);
-        s[len] = 0;
-        for (size_t i = 0; i < len; i++) {
-                if (in_string) {
-                        if (s[i] == '\\')
-                                i++;
-                        else if (s[i] == '"')
-                                in_string = false;
-                } else if (s[i] == '"') {
-                        in_string = true;
-                } else if (s[i] == '-' || (s[i] >= '0' && s[i] <= '9')) {
-                        s[i] = '0';
-                        while (i + 1 < len && strchr("0123456789+-.eE", s[i + 1]) && s[i + 1])
-                                s[++i] = ' ';
+        if (!root) /* JSON null */
+                return 0;
+        if (!json_object_is_type(root, json_type_object)) {
+                snprintf(reason, reasonsz, "headers must be a JSON object (got %s)", type_name(root));
+                return 1;
+        }
+        if (json_object_object_get_ex(root, RESERVED_HEADER, NULL)) {
+                snprintf(reason, reasonsz, "header '%s' is reserved for the relay", RESERVED_HEADER);
+                return 1;
+        }
+        json_object_object_foreach(root, name, value) {
+                if (!json_object_is_type(value, json_type_string)) {
+                        char quoted[HEADERS_REASON_MAX];
+
+                        headers_quote_literal(name, quoted, sizeof(quoted));
+                        snprintf(reason, reasonsz, "header %s must have a string value (got %s)", quoted,
+                                 type_name(value));
+                        return 1;
                 }
         }
-        return s;
-}
+        json_object_object_foreach(root, key, str) {
+                size_t nlen = strlen(key), vlen = (size_t)json_object_get_string_len(str);
 
-static json_t *load(const char *json, size_t len, char *reason, size_t reasonsz, int *err) {
-        const size_t flags = JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL;
-        json_error_t jerr;
-        json_t *root = json_loadb(json, len, flags, &jerr);
-        char *zeroed;
-
-        *err = 0;
-        if (root)
-                return root;
-        if (json_error_code(&jerr) == json_error_out_of_memory) {
-                *err = -ENOMEM;
-                return NULL;
-        }
-        if (json_error_code(&jerr) == json_error_numeric_overflow) {
-                zeroed = numbers_as_zero(json, len);
-                if (!zeroed) {
-                        *err = -ENOMEM;
-                        return NULL;
+                if (n + nlen + vlen + 2 > len) {
+                        /* Cannot happen with the text PostgreSQL sends (see headers.h). */
+                        snprintf(reason, reasonsz,
+                                 "headers could not be read as JSON: longer than their text");
+                        return 1;
                 }
-                root = json_loads(zeroed, flags, &jerr);
-                free(zeroed);
-                if (root)
-                        return root;
+                memcpy(out + n, key, nlen + 1);
+                n += nlen + 1;
+                memcpy(out + n, json_object_get_string(str), vlen);
+                out[n + vlen] = 0;
+                n += vlen + 1;
         }
-        /* Not from PostgreSQL's jsonb output (it always is valid JSON): say what the reader saw. */
-        snprintf(reason, reasonsz, "headers could not be read as JSON: %s", jerr.text);
-        *err = 1;
-        return NULL;
+        *out_len = n;
+        return 0;
 }
 
 int headers_expand(const char *json, size_t len, char *out, size_t *out_len, char *reason, size_t reasonsz) {
-        const char *name;
-        json_t *root, *value;
-        size_t n = 0;
-        int err;
+        /* One parser per thread, kept: making one allocates its stack. */
+        static _Thread_local json_tokener *tok;
+        json_object *root;
+        enum json_tokener_error e;
+        int ret;
 
         *out_len = 0;
         if (reasonsz)
                 reason[0] = 0;
         if (!json)
                 return 0;
-        root = load(json, len, reason, reasonsz, &err);
-        if (!root)
-                return err;
-        if (json_is_null(root)) {
-                json_decref(root);
-                return 0;
-        }
-        if (!json_is_object(root)) {
-                snprintf(reason, reasonsz, "headers must be a JSON object (got %s)", type_name(root));
-                json_decref(root);
+        if (len > INT32_MAX - 1) {
+                snprintf(reason, reasonsz, "headers could not be read as JSON: %zu bytes", len);
                 return 1;
         }
-        if (json_object_get(root, RESERVED_HEADER)) {
-                snprintf(reason, reasonsz, "header '%s' is reserved for the relay", RESERVED_HEADER);
-                json_decref(root);
+        if (!tok) {
+                tok = json_tokener_new_ex(MAX_DEPTH);
+                if (!tok)
+                        return -ENOMEM;
+                json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+        }
+        json_tokener_reset(tok);
+        /* The terminating NUL goes in too, so a document that is a bare number ends there. */
+        root = json_tokener_parse_ex(tok, json, (int)len + 1);
+        e = json_tokener_get_error(tok);
+        if (e != json_tokener_success || json_tokener_get_parse_end(tok) < len) {
+                /* Not PostgreSQL's jsonb output (that is always valid JSON), or nested too deep. */
+                snprintf(reason, reasonsz, "headers could not be read as JSON: %s",
+                         e != json_tokener_success ? json_tokener_error_desc(e) : "text after the document");
+                json_object_put(root);
                 return 1;
         }
-        json_object_foreach(root, name, value) {
-                if (!json_is_string(value)) {
-                        char quoted[HEADERS_REASON_MAX];
-
-                        headers_quote_literal(name, quoted, sizeof(quoted));
-                        snprintf(reason, reasonsz, "header %s must have a string value (got %s)", quoted,
-                                 type_name(value));
-                        json_decref(root);
-                        return 1;
-                }
-        }
-        json_object_foreach(root, name, value) {
-                size_t nlen = strlen(name), vlen = json_string_length(value);
-
-                if (n + nlen + vlen + 2 > len) {
-                        /* Cannot happen with the text PostgreSQL sends (see headers.h). */
-                        snprintf(reason, reasonsz,
-                                 "headers could not be read as JSON: longer than their text");
-                        json_decref(root);
-                        return 1;
-                }
-                memcpy(out + n, name, nlen + 1);
-                n += nlen + 1;
-                memcpy(out + n, json_string_value(value), vlen);
-                out[n + vlen] = 0;
-                n += vlen + 1;
-        }
-        json_decref(root);
-        *out_len = n;
-        return 0;
+        ret = expand(root, len, out, out_len, reason, reasonsz);
+        json_object_put(root);
+        return ret;
 }
