@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,6 +128,29 @@ static void expansion_fits(void **state) {
         }
 }
 
+/* Deeper than the parser goes (1024 levels): dead-lettered with a reason all the same. */
+static void too_deep(void **state) {
+        size_t depth = 1100, len = 0;
+        char *json = malloc(2 * depth + 16), *out, reason[HEADERS_REASON_MAX];
+        size_t out_len;
+
+        (void)state;
+        assert_non_null(json);
+        len += (size_t)sprintf(json, "{\"d\": ");
+        for (size_t i = 0; i < depth; i++)
+                json[len++] = '[';
+        for (size_t i = 0; i < depth; i++)
+                json[len++] = ']';
+        json[len++] = '}';
+        json[len] = 0;
+        out = malloc(len);
+        assert_non_null(out);
+        assert_int_equal(headers_expand(json, len, out, &out_len, reason, sizeof(reason)), 1);
+        assert_string_equal(reason, "headers could not be read as JSON: nesting too deep");
+        free(out);
+        free(json);
+}
+
 struct quote_case {
         const char *in, *out;
 };
@@ -156,6 +180,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(expand_table),
                 cmocka_unit_test(expansion_fits),
+                cmocka_unit_test(too_deep),
                 cmocka_unit_test(quote_table),
         };
 
