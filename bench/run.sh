@@ -272,6 +272,7 @@ RATIO=$(calc "$RELAY_RATE / $CEIL_RATE")
 RELAY_CPU=$(calc "$RELAY_TICKS_DRAIN / $CLK_TCK")
 RELAY_CPU_PER_M=$(calc "$RELAY_CPU * 1000000 / $ROWS")
 BACKEND_CPU=$(calc "$BACKEND_TICKS / $CLK_TCK")
+BACKEND_CPU_PER_M=$(calc "$BACKEND_CPU * 1000000 / $ROWS")
 KAFKA_CPU=$(calc "($KAFKA_T1 - $KAFKA_T0) / $CLK_TCK")
 MACHINE_BUSY=$(calc "100 * ($M1_BUSY - $M0_BUSY) / ($M1_TOTAL - $M0_TOTAL)")
 MACHINE_CPU=$(calc "($M1_BUSY - $M0_BUSY) / $CLK_TCK")
@@ -394,6 +395,7 @@ LAT_OK="every row arrived"
         echo "| reference relay (\`bench/reference_relay.py\`: Python, psycopg2 + confluent-kafka on the same librdkafka; SKIP LOCKED claim, produce, flush, DELETE, COMMIT; batch $BATCH), same data, own topic | $(fmt %.0f "$REF_RATE") events/s ($(fmt %.3f "$REF_SECS") s from start to exit, CPU $(fmt %.2f "$REF_CPU") s = $(fmt %.2f "$REF_CPU_PER_M") s per million events) |"
         echo "| relay ÷ reference relay | **$(fmt %.3f "$REF_RATIO")** |"
         echo "| relay CPU per million events (utime+stime at drain end) | **$(fmt %.2f "$RELAY_CPU_PER_M") s** ($(fmt %.2f "$RELAY_CPU") s for $(thousands "$ROWS")); before stop: $(fmt %.2f "$RELAY_CPU_END") s for $(thousands "$RELAY_EVENTS_END") events incl. the latency phase |"
+        echo "| relay's PostgreSQL backend CPU per million events (its session, at drain end) | **$(fmt %.2f "$BACKEND_CPU_PER_M") s** |"
         echo "| relay peak RSS (VmHWM before stop) | **$(fmt %.1f "$(calc "$RELAY_HWM / 1024")") MiB** (VmRSS $(fmt %.1f "$(calc "$RELAY_RSS / 1024")") MiB) |"
         echo "| CPU during the drain ($(fmt %.1f "$RELAY_SECS") s wall, $(nproc) cores) | relay $(fmt %.2f "$RELAY_CPU") s, its PostgreSQL backend $(fmt %.2f "$BACKEND_CPU") s, Kafka broker $(fmt %.2f "$KAFKA_CPU") s, everything else $(fmt %.2f "$OTHER_CPU") s; machine busy $(fmt %.0f "$MACHINE_BUSY") % |"
         echo "| relay's database session during the drain ($SAMPLES samples of pg_stat_activity, every 20 ms) | claim running $(fmt %.1f "$S_CLAIM") %, DELETE running $(fmt %.1f "$S_FINISH") %, other statement $(fmt %.1f "$S_OTHER") %, idle in transaction (publishing to Kafka) $(fmt %.1f "$S_IDLETX") %, idle $(fmt %.1f "$S_IDLE") %, no session $(fmt %.1f "$S_NONE") % |"
