@@ -275,7 +275,7 @@ static const char claim_ordered_tmpl[] =
  * it got. At 10,000 keys the bucket locks (even without the ring walk's counting) made the
  * claim of a relay alone 0.68-0.78 of the unordered one's rate in most drains (docs/ordering.md).
  * {table} is the table, {columns} the column list of claim_fmt; $2 the lock class. */
-static const char claim_alone_tmpl[] = " {columns} FROM {table} o WHERE " TABLE_ALONE(
+static const char claim_alone_tmpl[] = "{columns} FROM {table} o WHERE " TABLE_ALONE(
         "$2::int4") " AND o.published_at IS NULL AND o.dead_at IS NULL ORDER BY o.id LIMIT $1 FOR UPDATE";
 /* Something paused: claim_skip_tmpl's candidates (already WITH RECURSIVE), then $6 first
  * bucket, $7 lock class. */
