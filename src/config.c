@@ -69,7 +69,7 @@ static const struct key keys[] = {
         { "postgres", "tcp_user_timeout", KEY_DURATION, OFF(postgres.tcp_user_timeout), SEC(1), HOUR(1),
           .def = SEC(30), .restart = true },
 
-        { "relay", "batch_size", KEY_INT, OFF(relay.batch_size), 1, 10000, .def = 500 },
+        { "relay", "batch_size", KEY_INT, OFF(relay.batch_size), 1, 10000, .def = 2000 },
         { "relay", "poll_interval", KEY_DURATION, OFF(relay.poll_interval), MSEC(10), MIN(10),
           .def = SEC(5) },
         { "relay", "batch_timeout", KEY_DURATION, OFF(relay.batch_timeout), SEC(1), HOUR(1), .def = SEC(60),

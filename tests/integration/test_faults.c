@@ -15,7 +15,7 @@
 
 #define ROWS 20000
 /* The relay's default relay.batch_size (etc/outbox-relay.conf). */
-#define DEFAULT_BATCH 500
+#define DEFAULT_BATCH 2000
 
 /* Everything committed arrived as written, in key order, and at most `max_duplicates` twice. */
 static void verify_all(PGconn *c, const char *topic, size_t rows, const char *scenario,

@@ -87,7 +87,7 @@ struct scenario {
 };
 
 /* The relay's default relay.batch_size (etc/outbox-relay.conf); FAST_RELAY keeps it. */
-#define DEFAULT_BATCH 500
+#define DEFAULT_BATCH 2000
 
 /* Starts a mock cluster with the topic, the relay against it and the load; the scenario injects
  * its faults. Then: drained, every row in the mock topic exactly as written, per-key order kept,

@@ -143,7 +143,7 @@ static void test_defaults(void **state) {
         assert_int_equal(c.postgres.tcp_user_timeout, 30 * USEC_PER_SEC);
         assert_int_equal(c.kafka.n_props, 0);
         assert_null(c.kafka.props);
-        assert_int_equal(c.relay.batch_size, 500);
+        assert_int_equal(c.relay.batch_size, 2000);
         assert_int_equal(c.relay.poll_interval, 5 * USEC_PER_SEC);
         assert_int_equal(c.relay.batch_timeout, 60 * USEC_PER_SEC);
         assert_int_equal(c.relay.drain_timeout, 30 * USEC_PER_SEC);
