@@ -6,7 +6,7 @@
 # Starts a private PostgreSQL 15 + Kafka test bed (scripts/testbed.sh) in a temporary directory and
 # stops it on exit, whatever happens. Then:
 #   1. ceiling: 1M outbox rows drained by pgbench running the relay's own claim + DELETE SQL
-#      (read from src/pg.c), batch 1000, one client, no Kafka; then, for reference only, the same
+#      (read from src/pg.c), batch 2000 (the relay's default), one client, no Kafka; then, for reference only, the same
 #      with a claim whose columns PostgreSQL may skip computing;
 #   2. relay:   1M rows drained by the relay (release build) into Kafka: events/s, ratio to the
 #      ceiling, CPU seconds per million events, peak RSS, where the time went;
@@ -16,7 +16,7 @@
 #      relay's rate is shown as a ratio to it too.
 # Prints a markdown results table and writes it to bench/results-latest.md.
 #
-# Environment (defaults in brackets): BENCH_ROWS [1000000], BENCH_BATCH [1000],
+# Environment (defaults in brackets): BENCH_ROWS [1000000], BENCH_BATCH [2000, the relay's default],
 # BENCH_LATENCY_SECONDS [30], BENCH_LATENCY_RATE [1000], BENCH_DRAIN_TIMEOUT [360] seconds,
 # BENCH_BUILD [build/bench], BENCH_KEEP=1 keeps the test bed directory (logs) after the run.
 set -euo pipefail
@@ -24,7 +24,7 @@ set -euo pipefail
 SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BENCH_BUILD:-$SRCDIR/build/bench}
 ROWS=${BENCH_ROWS:-1000000}
-BATCH=${BENCH_BATCH:-1000}
+BATCH=${BENCH_BATCH:-2000}
 KEYS=10000
 LAT_SECONDS=${BENCH_LATENCY_SECONDS:-30}
 LAT_RATE=${BENCH_LATENCY_RATE:-1000}
