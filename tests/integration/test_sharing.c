@@ -20,7 +20,7 @@
 
 /* Short deadlines so takeovers happen within seconds: a relay frozen in a batch loses its
  * transaction (and its bucket locks) after idle_in_transaction_session_timeout = 2 × batch_timeout. */
-#define RELAY_GROUP \
+#define RELAY_GROUP                                                                                          \
         "poll_interval = \"1s\"; batch_timeout = \"5s\"; drain_timeout = \"10s\"; status_interval = \"2s\";" \
         " batch_size = 500;"
 #define KAFKA_EXTRA "message_timeout_ms = 2000; reconnect_backoff_max_ms = 500;"
