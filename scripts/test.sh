@@ -87,6 +87,10 @@ scripts/testbed.sh start "$tb" || fatal "the test bed did not start: integration
 # shellcheck disable=SC1091
 . "$tb/env"
 echo "Kafka version started: $KAFKA_VERSION (bootstrap $KAFKA_BOOTSTRAP); PostgreSQL on port $PGPORT"
+# Each relay a test starts gets a directory (its config and log); they go inside the test bed,
+# which is removed on exit, instead of piling up in /tmp (about 120 a run).
+export OUTBOX_TEST_TMPDIR="$tb/relays"
+mkdir -p "$OUTBOX_TEST_TMPDIR"
 
 step "unit + integration tests"
 rm -f "$build/meson-logs/testlog.json"

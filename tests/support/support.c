@@ -226,11 +226,14 @@ void ts_relay_start_ex(struct ts_relay *r, const char *relay_group, const char *
 }
 
 void ts_relay_start_opts(struct ts_relay *r, const struct ts_relay_opts *o) {
+        /* Under OUTBOX_TEST_TMPDIR when the runner gives one (scripts/test.sh: inside its test
+         * bed, removed with it), else /tmp: the directory stays after the test, logs and all. */
+        const char *base = getenv("OUTBOX_TEST_TMPDIR");
         FILE *f;
         int fd;
 
         memset(r, 0, sizeof(*r));
-        snprintf(r->dir, sizeof(r->dir), "/tmp/outbox-relay-test-XXXXXX");
+        snprintf(r->dir, sizeof(r->dir), "%s/outbox-relay-test-XXXXXX", base && *base ? base : "/tmp");
         if (!mkdtemp(r->dir))
                 fail_msg("mkdtemp: %s", strerror(errno));
         snprintf(r->conf, sizeof(r->conf), "%s/relay.conf", r->dir);
