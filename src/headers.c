@@ -75,7 +75,11 @@ static int expand(json_object *root, size_t len, char *out, size_t *out_len, cha
                 snprintf(reason, reasonsz, "header '%s' is reserved for the relay", RESERVED_HEADER);
                 return 1;
         }
+        /* One pass: the pairs are written as they come, and the first value that is not a
+         * string ends it (*out_len is set only at the end, so a refused row has no pairs). */
         json_object_object_foreach(root, name, value) {
+                size_t nlen = strlen(name), vlen;
+
                 if (!json_object_is_type(value, json_type_string)) {
                         char quoted[HEADERS_REASON_MAX];
 
@@ -84,19 +88,16 @@ static int expand(json_object *root, size_t len, char *out, size_t *out_len, cha
                                  type_name(value));
                         return 1;
                 }
-        }
-        json_object_object_foreach(root, key, str) {
-                size_t nlen = strlen(key), vlen = (size_t)json_object_get_string_len(str);
-
+                vlen = (size_t)json_object_get_string_len(value);
                 if (n + nlen + vlen + 2 > len) {
                         /* Cannot happen with the text PostgreSQL sends (see headers.h). */
                         snprintf(reason, reasonsz,
                                  "headers could not be read as JSON: longer than their text");
                         return 1;
                 }
-                memcpy(out + n, key, nlen + 1);
+                memcpy(out + n, name, nlen + 1);
                 n += nlen + 1;
-                memcpy(out + n, json_object_get_string(str), vlen);
+                memcpy(out + n, json_object_get_string(value), vlen);
                 out[n + vlen] = 0;
                 n += vlen + 1;
         }
