@@ -30,6 +30,10 @@ static const struct expand_case expands[] = {
         { "escapes are decoded", "{\"a\\\"b\": \"line\\nnext \\u00e9 \\ud83d\\ude00\"}", 0,
           "a\"b=line\nnext \xc3\xa9 \xf0\x9f\x98\x80;", NULL },
         { "empty name and value", "{\"\": \"\"}", 0, "=;", NULL },
+        { "one short pair", "{\"a\": \"b\"}", 0, "a=b;", NULL },
+        { "escapes that decode to more bytes still fit", "{\"\\u00e9\": \"\\ud83d\\ude00\"}", 0,
+          "\xc3\xa9=\xf0\x9f\x98\x80;", NULL },
+        { "empty values", "{\"x\": \"\", \"y\": \"\", \"z\": \"\"}", 0, "x=;y=;z=;", NULL },
         { "an array", "[1, 2]", 1, NULL, "headers must be a JSON object (got array)" },
         { "a string", "\"x\"", 1, NULL, "headers must be a JSON object (got string)" },
         { "a number", "42", 1, NULL, "headers must be a JSON object (got number)" },
@@ -86,7 +90,8 @@ static void expand_table(void **state) {
         for (size_t i = 0; i < ELEMENTSOF(expands); i++) {
                 const struct expand_case *c = &expands[i];
                 size_t len = c->json ? strlen(c->json) : 0, out_len = 99;
-                char *out = malloc(len + 1);
+                char *out =
+                        malloc(len ? len : 1); /* exactly the text's length: ASan sees any write past it */
                 char reason[HEADERS_REASON_MAX];
 
                 print_message("# %s\n", c->name);
@@ -95,7 +100,7 @@ static void expand_table(void **state) {
                 if (c->ret == 0) {
                         char *got = pairs_text(out, out_len);
 
-                        assert_true(out_len <= len);
+                        assert_true(out_len <= len); /* headers.h: the pairs fit in their text */
                         assert_string_equal(got, c->pairs);
                         assert_string_equal(reason, "");
                         free(got);
@@ -105,25 +110,6 @@ static void expand_table(void **state) {
                         if (strstr(c->reason, "could not be read") == NULL)
                                 assert_string_equal(reason, c->reason);
                 }
-                free(out);
-        }
-}
-
-/* The expansion fits in the text's length, whatever the escapes (headers.h promises it). */
-static void expansion_fits(void **state) {
-        static const char *const texts[] = { "{\"a\": \"b\"}", "{\"\": \"\"}",
-                                             "{\"\\u00e9\": \"\\ud83d\\ude00\"}",
-                                             "{\"x\": \"\", \"y\": \"\", \"z\": \"\"}" };
-
-        (void)state;
-        for (size_t i = 0; i < ELEMENTSOF(texts); i++) {
-                size_t len = strlen(texts[i]), out_len;
-                char *out = malloc(len);
-                char reason[HEADERS_REASON_MAX];
-
-                assert_non_null(out);
-                assert_int_equal(headers_expand(texts[i], len, out, &out_len, reason, sizeof(reason)), 0);
-                assert_true(out_len <= len);
                 free(out);
         }
 }
@@ -179,7 +165,6 @@ static void quote_table(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(expand_table),
-                cmocka_unit_test(expansion_fits),
                 cmocka_unit_test(too_deep),
                 cmocka_unit_test(quote_table),
         };
