@@ -52,12 +52,20 @@ struct pg {
         char *sql_fail;
         char *sql_retention;
         char *sql_lag;
+        char *sql_floor_lowest, *sql_floor_below;
         char *sql_listen;
         char *sql_leader;
         /* ordering = "key": the advisory lock classes of this table's key buckets and of its
          * relays' member slots (from the table's oid, set on connect), and this session's slot. */
         int32_t bucket_class, member_class;
         int member_slot; /* -1: none */
+        /* The claim floor (floor.h): claims and the lag query read ids >= claim_floor (set by the
+         * caller, 0 = all). id_seq: the id column's sequence (oid), found on connect, or 0 when
+         * the floor cannot be used, and then floor_off says why. */
+        int64_t claim_floor;
+        uint32_t id_seq;
+        char floor_off[160];
+        bool requeued; /* a notification said rows were put back in line (sql/003): the caller clears it */
         bool in_tx;
         bool reprepare; /* a prepared statement went stale (ALTER TABLE): prepare them again */
         /* Called about once a second while a call waits on the server, so the caller can keep
@@ -148,3 +156,19 @@ int pg_retention(struct pg *pg, int limit, usec_t deadline, char *err, size_t er
 
 /* Age in µs of the oldest pending row (0 when none). */
 int pg_lag(struct pg *pg, usec_t *lag, usec_t deadline, char *err, size_t errsz);
+
+/* The claim floor's look (floor.h): `running` is the open step's list of transactions (NULL:
+ * no step open), as the last look returned it. Fills l (l->running malloc'd: the transactions
+ * running now, to keep if a step begins). Four statements outside a transaction, in floor.h's
+ * order. -EOPNOTSUPP (err = floor_off) when the table's ids do not allow a floor. */
+struct pg_floor_look {
+        bool ended;
+        int64_t lowest;
+        int64_t seq_last;
+        char *running;
+};
+int pg_floor_look(struct pg *pg, int64_t at, const char *running, struct pg_floor_look *l, usec_t deadline,
+                  char *err, size_t errsz);
+
+/* Whether a pending row lies below `at` (the floor's guard). */
+int pg_floor_below(struct pg *pg, int64_t at, bool *found, usec_t deadline, char *err, size_t errsz);

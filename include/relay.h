@@ -7,6 +7,7 @@
 #include "backoff.h"
 #include "breaker.h"
 #include "config.h"
+#include "floor.h"
 #include "kafka.h"
 #include "notify.h"
 #include "pause.h"
@@ -69,6 +70,12 @@ struct relay {
         bool pooler_said; /* the lost session lock was logged */
         size_t last_keys; /* distinct (topic, key) pairs of the last batch */
         size_t last_in_view; /* ordering = "key": the pending rows the last claim looked at */
+
+        /* Where the claims start reading the pending index (floor.c), and the transactions the
+         * open step waits for (as pg_floor_look gave them). */
+        struct floor floor;
+        char *floor_running;
+        bool floor_said; /* why there is no floor was logged */
 
         struct relay_stats stats;
         struct relay_stats last_summary;

@@ -29,7 +29,8 @@ BEGIN
      WHERE dead_at IS NOT NULL AND (p_ids IS NULL OR id = ANY(p_ids));
     GET DIAGNOSTICS n = ROW_COUNT;
     IF n > 0 THEN
-        PERFORM pg_notify('outbox', 'outbox');
+        -- 'requeue': the rows may lie below where the relays' claims start; they look at once.
+        PERFORM pg_notify('outbox', 'requeue');
     END IF;
     RETURN n;
 END

@@ -18,7 +18,7 @@
 static const char claim_fmt[] = "SELECT o.id, o.topic, o.key, o.payload,"
                                 " floor(extract(epoch FROM o.created_at) * 1000)::int8, o.attempts, o.headers"
                                 " FROM %s o"
-                                " WHERE o.published_at IS NULL AND o.dead_at IS NULL"
+                                " WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2::int8"
                                 " ORDER BY o.id LIMIT $1"
                                 " FOR UPDATE SKIP LOCKED";
 
@@ -131,7 +131,25 @@ static const char leader_fmt[] = "SELECT pg_try_advisory_lock(hashtext('outbox-r
 static const char lag_fmt[] =
         "SELECT coalesce(floor(extract(epoch FROM now() - min(created_at)) * 1000000), 0)::int8"
         " FROM (SELECT created_at FROM %s WHERE published_at IS NULL AND dead_at IS NULL"
-        " ORDER BY id LIMIT 1) s";
+        " AND id >= $1::int8 ORDER BY id LIMIT 1) s";
+/* The claim floor (floor.h), one step, in this order: the transactions of the open step ended
+ * ($1, virtual ids); the lowest pending id from the floor ($1) on; the id sequence's last value
+ * ($1, its oid); the transactions running now, but this one. Separate statements, so each reads
+ * after the one before (one snapshot per statement). */
+static const char floor_ended_sql[] = "SELECT NOT EXISTS (SELECT 1 FROM pg_locks l"
+                                      "  WHERE l.locktype = 'virtualxid' AND l.virtualxid = ANY($1::text[]))"
+                                      " AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts p WHERE 'prepared ' "
+                                      "|| p.transaction = ANY($1::text[]))";
+static const char floor_lowest_fmt[] = "SELECT coalesce(min(id), 0) FROM %s"
+                                       " WHERE published_at IS NULL AND dead_at IS NULL AND id >= $1::int8";
+static const char floor_seq_sql[] = "SELECT coalesce(pg_sequence_last_value($1::oid::regclass), 0)";
+/* A prepared transaction (two-phase commit) has left its session: it is listed by its xid. */
+static const char floor_running_sql[] =
+        "SELECT coalesce(array_agg(t.v), '{}')::text FROM ("
+        "  SELECT l.virtualxid FROM pg_locks l WHERE l.locktype = 'virtualxid' AND l.pid <> pg_backend_pid()"
+        "  UNION ALL SELECT 'prepared ' || p.transaction FROM pg_prepared_xacts p) t(v)";
+static const char floor_below_fmt[] = "SELECT EXISTS (SELECT 1 FROM %s"
+                                      " WHERE published_at IS NULL AND dead_at IS NULL AND id < $1::int8)";
 
 /* Quotes a possibly schema-qualified name ("s.t") part by part. */
 static char *quote_qualified(const char *name) {
@@ -261,22 +279,23 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
         "   AND o.published_at IS NULL AND o.dead_at IS NULL"                                   \
         " ORDER BY o.id LIMIT $1 FOR UPDATE"
 /* Nothing paused: the head is the first `depth` pending rows in id order, with their buckets. */
-#define ORDERED_HEAD(depth, cls)                                                                      \
-        " head(id, b) AS MATERIALIZED ("                                                              \
-        "  SELECT o.id, " BUCKET_EXPR " FROM {table} o WHERE " TABLE_SHARED(                          \
-                cls) "   AND o.published_at IS NULL AND o.dead_at IS NULL ORDER BY o.id LIMIT " depth \
-                     "::int8),"
-/* Nothing paused: $2 first bucket, $3 depth, $4 lock class. */
-static const char claim_ordered_tmpl[] =
-        "WITH RECURSIVE" ORDERED_HEAD("$3", "$4::int4") ORDERED_PICK("$2::int4", "$4::int4") ORDERED_ROWS;
+#define ORDERED_HEAD(depth, cls, floor)                                                       \
+        " head(id, b) AS MATERIALIZED ("                                                      \
+        "  SELECT o.id, " BUCKET_EXPR " FROM {table} o WHERE " TABLE_SHARED(                  \
+                cls) "   AND o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= " floor \
+                     " ORDER BY o.id LIMIT " depth "::int8),"
+/* Nothing paused: $2 first bucket, $3 depth, $4 lock class, $5 floor. */
+static const char claim_ordered_tmpl[] = "WITH RECURSIVE" ORDERED_HEAD("$3", "$4::int4", "$5::int8")
+        ORDERED_PICK("$2::int4", "$4::int4") ORDERED_ROWS;
 /* Nothing paused, and no other relay on the table: the table's lock, exclusive, then the first
  * $1 pending rows in id order, as the unordered claim takes them but waiting for a row something
  * else holds rather than skipping it (see above). Seven columns (no count): the rows in view are the rows
  * it got. At 10,000 keys the bucket locks (even without the ring walk's counting) made the
  * claim of a relay alone 0.68-0.78 of the unordered one's rate in most drains (docs/ordering.md).
- * {table} is the table, {columns} the column list of claim_fmt; $2 the lock class. */
+ * {table} is the table, {columns} the column list of claim_fmt; $2 the lock class, $3 the floor. */
 static const char claim_alone_tmpl[] = "{columns} FROM {table} o WHERE " TABLE_ALONE(
-        "$2::int4") " AND o.published_at IS NULL AND o.dead_at IS NULL ORDER BY o.id LIMIT $1 FOR UPDATE";
+        "$2::int4") " AND o.published_at IS NULL AND o.dead_at IS NULL"
+                    " AND o.id >= $3::int8 ORDER BY o.id LIMIT $1 FOR UPDATE";
 /* Something paused: claim_skip_tmpl's candidates (already WITH RECURSIVE), then $6 first
  * bucket, $7 lock class. */
 static const char claim_skip_ordered_tail[] =
@@ -342,6 +361,8 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
         pg->sql_fail = sql_printf(fail_fmt, table, NULL);
         pg->sql_retention = sql_printf(retention_fmt, table, table);
         pg->sql_lag = sql_printf(lag_fmt, table, NULL);
+        pg->sql_floor_lowest = sql_printf(floor_lowest_fmt, table, NULL);
+        pg->sql_floor_below = sql_printf(floor_below_fmt, table, NULL);
         pg->sql_listen = sql_printf("LISTEN %s", channel, NULL);
         {
                 /* The quoted name goes inside a string literal: double its single quotes. */
@@ -357,7 +378,8 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
                 pg->sql_leader = sql_printf(leader_fmt, lit, NULL);
         }
         if (!pg->sql_claim || !pg->sql_claim_skip || !pg->sql_delete || !pg->sql_mark || !pg->sql_fail ||
-            !pg->sql_retention || !pg->sql_lag || !pg->sql_listen || !pg->sql_leader) {
+            !pg->sql_retention || !pg->sql_lag || !pg->sql_floor_lowest || !pg->sql_floor_below ||
+            !pg->sql_listen || !pg->sql_leader) {
                 pg_done(pg);
                 return -ENOMEM;
         }
@@ -375,6 +397,8 @@ void pg_done(struct pg *pg) {
         free(pg->sql_fail);
         free(pg->sql_retention);
         free(pg->sql_lag);
+        free(pg->sql_floor_lowest);
+        free(pg->sql_floor_below);
         free(pg->sql_listen);
         free(pg->sql_leader);
         memset(pg, 0, sizeof(*pg));
@@ -612,6 +636,39 @@ static void notice_sink(void *arg, const char *message) {
         (void)message; /* server notices (e.g. the FATAL before a termination) are not ours to log */
 }
 
+/* The claim floor holds only while ids come from the id column's own sequence, one at a time
+ * (floor.h): look for it, with CACHE 1 and readable by us; otherwise say why in floor_off. */
+static int find_id_sequence(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
+        const char *params[1] = { pg->cfg->postgres.table };
+        PGresult *res;
+        int r;
+
+        pg->id_seq = 0;
+        r = exec_one(
+                pg,
+                "SELECT s.seqrelid::int8, s.seqcache,"
+                " has_sequence_privilege(s.seqrelid, 'SELECT') OR has_sequence_privilege(s.seqrelid, 'USAGE')"
+                " FROM pg_sequence s WHERE s.seqrelid = pg_get_serial_sequence($1, 'id')::regclass",
+                1, params, 0, deadline, &res, err, errsz, "the id sequence");
+        if (r < 0)
+                return r;
+        if (PQntuples(res) != 1)
+                snprintf(pg->floor_off, sizeof(pg->floor_off), "the id column has no sequence of its own");
+        else if (strcmp(PQgetvalue(res, 0, 1), "1") != 0)
+                snprintf(pg->floor_off, sizeof(pg->floor_off),
+                         "the id sequence hands out %s values at a time to each session (CACHE %s)",
+                         PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 1));
+        else if (strcmp(PQgetvalue(res, 0, 2), "t") != 0)
+                snprintf(pg->floor_off, sizeof(pg->floor_off),
+                         "no SELECT or USAGE privilege on the id sequence");
+        else {
+                pg->id_seq = (uint32_t)strtoul(PQgetvalue(res, 0, 0), NULL, 10);
+                pg->floor_off[0] = 0;
+        }
+        PQclear(res);
+        return 0;
+}
+
 int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         const struct relay_config *cfg = pg->cfg;
         char idle[32], ktimeout[32], stmt[32], itx[32];
@@ -723,6 +780,11 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
                 pg->member_class = (int32_t)strtol(PQgetvalue(res, 0, 1), NULL, 10);
                 PQclear(res);
         }
+        r = find_id_sequence(pg, deadline, err, errsz);
+        if (r < 0) {
+                pg_disconnect(pg);
+                return r == -EIO ? -ECONNREFUSED : r;
+        }
         r = prepare_all(pg, deadline, err, errsz);
         if (r < 0) {
                 pg_disconnect(pg);
@@ -798,6 +860,8 @@ int pg_consume_notifies(struct pg *pg) {
                 return -ECONNRESET;
         while ((n = PQnotifies(pg->conn))) {
                 count++;
+                if (n->extra && strcmp(n->extra, "requeue") == 0)
+                        pg->requeued = true;
                 PQfreemem(n);
         }
         return count;
@@ -934,7 +998,7 @@ static bool any_null(const char *const *v, size_t n) {
 
 int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct pg_order *order,
              struct pg_batch *b, usec_t deadline, char *err, size_t errsz) {
-        char lim[16], depth[16], first[16], cls[16];
+        char lim[16], depth[16], first[16], cls[16], floor[24];
         _cleanup_free_ char *topics = NULL, *key_topics = NULL, *keys = NULL;
         const char *params[8] = { lim };
         const char *sql, *stmt;
@@ -957,21 +1021,27 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
         snprintf(lim, sizeof(lim), "%d", limit);
         snprintf(first, sizeof(first), "%u", order->first % SHARE_BUCKETS);
         snprintf(cls, sizeof(cls), "%d", pg->bucket_class);
+        snprintf(floor, sizeof(floor), "%lld", (long long)pg->claim_floor);
         sql = pg->sql_claim;
         stmt = stmt_claim;
+        /* $2 floor */
+        params[1] = floor;
+        nparams = 2;
         if (ordered) {
                 snprintf(depth, sizeof(depth), "%d", order->depth > limit ? order->depth : limit);
                 if (order->alone) {
-                        /* $2 lock class */
+                        /* $2 lock class, $3 floor */
                         params[1] = cls;
-                        nparams = 2;
+                        params[2] = floor;
+                        nparams = 3;
                         stmt = stmt_claim_alone;
                 } else {
-                        /* $2 first bucket, $3 depth, $4 lock class */
+                        /* $2 first bucket, $3 depth, $4 lock class, $5 floor */
                         params[1] = first;
                         params[2] = depth;
                         params[3] = cls;
-                        nparams = 4;
+                        params[4] = floor;
+                        nparams = 5;
                 }
         }
         if (skip && (skip->n_topics || skip->n_keys)) {
@@ -1298,15 +1368,97 @@ int pg_try_leader(struct pg *pg, bool *leader, usec_t deadline, char *err, size_
 }
 
 int pg_lag(struct pg *pg, usec_t *lag, usec_t deadline, char *err, size_t errsz) {
+        char floor[24];
+        const char *params[1] = { floor };
         PGresult *res;
         int r;
 
         if (!pg_connected(pg))
                 return not_connected(err, errsz, "lag");
-        r = exec_one(pg, pg->sql_lag, 0, NULL, 1, deadline, &res, err, errsz, "lag");
+        snprintf(floor, sizeof(floor), "%lld", (long long)pg->claim_floor);
+        r = exec_one(pg, pg->sql_lag, 1, params, 1, deadline, &res, err, errsz, "lag");
         if (r < 0)
                 return r;
         *lag = PQntuples(res) == 1 && PQgetlength(res, 0, 0) == 8 ? (usec_t)be64(PQgetvalue(res, 0, 0)) : 0;
+        PQclear(res);
+        return 0;
+}
+
+/* One int8 (text format) from a statement of one row and column. */
+static int exec_int8(struct pg *pg, const char *sql, const char *param, usec_t deadline, int64_t *out,
+                     char *err, size_t errsz, const char *what) {
+        const char *params[1] = { param };
+        PGresult *res;
+        int r = exec_one(pg, sql, 1, params, 0, deadline, &res, err, errsz, what);
+
+        if (r < 0)
+                return r;
+        if (PQntuples(res) != 1 || PQnfields(res) != 1) {
+                PQclear(res);
+                set_err(err, errsz, what, "unexpected result");
+                return -EPROTO;
+        }
+        *out = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        PQclear(res);
+        return 0;
+}
+
+int pg_floor_look(struct pg *pg, int64_t at, const char *running, struct pg_floor_look *l, usec_t deadline,
+                  char *err, size_t errsz) {
+        char num[24];
+        PGresult *res;
+        int r;
+
+        memset(l, 0, sizeof(*l));
+        if (!pg_connected(pg))
+                return not_connected(err, errsz, "claim floor");
+        if (!pg->id_seq) {
+                set_err(err, errsz, "claim floor", pg->floor_off);
+                return -EOPNOTSUPP;
+        }
+        if (running) {
+                const char *params[1] = { running };
+
+                r = exec_one(pg, floor_ended_sql, 1, params, 0, deadline, &res, err, errsz, "claim floor");
+                if (r < 0)
+                        return r;
+                l->ended = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+                PQclear(res);
+        }
+        snprintf(num, sizeof(num), "%lld", (long long)at);
+        r = exec_int8(pg, pg->sql_floor_lowest, num, deadline, &l->lowest, err, errsz, "claim floor");
+        if (r < 0)
+                return r;
+        snprintf(num, sizeof(num), "%u", pg->id_seq);
+        r = exec_int8(pg, floor_seq_sql, num, deadline, &l->seq_last, err, errsz, "claim floor");
+        if (r < 0)
+                return r;
+        r = exec_one(pg, floor_running_sql, 0, NULL, 0, deadline, &res, err, errsz, "claim floor");
+        if (r < 0)
+                return r;
+        l->running = PQntuples(res) == 1 ? strdup(PQgetvalue(res, 0, 0)) : NULL;
+        PQclear(res);
+        if (!l->running) {
+                set_err(err, errsz, "claim floor", "out of memory");
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+int pg_floor_below(struct pg *pg, int64_t at, bool *found, usec_t deadline, char *err, size_t errsz) {
+        char num[24];
+        const char *params[1] = { num };
+        PGresult *res;
+        int r;
+
+        *found = false;
+        if (!pg_connected(pg))
+                return not_connected(err, errsz, "claim floor guard");
+        snprintf(num, sizeof(num), "%lld", (long long)at);
+        r = exec_one(pg, pg->sql_floor_below, 1, params, 0, deadline, &res, err, errsz, "claim floor guard");
+        if (r < 0)
+                return r;
+        *found = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
         PQclear(res);
         return 0;
 }

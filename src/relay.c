@@ -63,6 +63,7 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
         r->paused_keys.max = 1000;
         pause_set_init(&r->probe_keys, cfg->breaker.cooldown_max, cfg->breaker.cooldown_max);
         share_init(&r->share);
+        floor_init(&r->floor, now_usec());
         r->probe_keys.max = 1000;
         r->state = RELAY_CONNECTING;
         return 0;
@@ -78,6 +79,8 @@ void relay_done(struct relay *r) {
         pause_set_done(&r->paused_topics);
         pause_set_done(&r->paused_keys);
         pause_set_done(&r->probe_keys);
+        free(r->floor_running);
+        r->floor_running = NULL;
         free_config(r->cfg);
         r->cfg = NULL;
 }
@@ -290,6 +293,12 @@ static void try_connect(struct relay *r, usec_t now) {
                         log_warning("no member slot on table '%s': %s", r->cfg->postgres.table, err);
                 r->next_members = 0;
         }
+        if (!r->pg.id_seq && !r->floor_said) {
+                log_notice("claims read table '%s' from the start of its pending index: %s (docs/claim.md, "
+                           "\"The claim floor\")",
+                           r->cfg->postgres.table, r->pg.floor_off);
+                r->floor_said = true;
+        }
         r->leader = false; /* a session lock dies with its connection */
         r->next_leader_try = 0;
         r->state = RELAY_IDLE;
@@ -316,6 +325,54 @@ static void run_retention(struct relay *r, usec_t now) {
         if (total > 0)
                 log_debug("retention: deleted %ld published rows", total);
         r->next_retention = now_usec() + (n == RETENTION_BATCH ? 100 * USEC_PER_MSEC : RETENTION_EVERY);
+}
+
+/* The claim floor (floor.h): a look every second between batches, and now and then the guard
+ * below it. A look that fails changes nothing (the floor stays as safe as it was). */
+static void step_floor(struct relay *r, usec_t now) {
+        usec_t deadline = now + r->cfg->postgres.statement_timeout;
+        int64_t before = r->floor.at;
+        char err[512];
+
+        if (floor_guard_due(&r->floor, now)) {
+                bool found = false;
+
+                if (pg_floor_below(&r->pg, r->floor.at, &found, deadline, err, sizeof(err)) < 0) {
+                        log_warning("looking below the claim floor of table '%s' failed: %s",
+                                    r->cfg->postgres.table, err);
+                        r->floor.next_guard = now + FLOOR_STEP_INTERVAL;
+                } else if (floor_guarded(&r->floor, found, now)) {
+                        free(r->floor_running);
+                        r->floor_running = NULL;
+                        log_notice("pending rows below id %" PRId64
+                                   " of table '%s', where the claims started: a "
+                                   "dead letter put back, or ids not taken from the table's sequence; claims "
+                                   "read "
+                                   "the table from its start again",
+                                   before, r->cfg->postgres.table);
+                }
+        } else if (floor_step_due(&r->floor, now)) {
+                struct pg_floor_look pl;
+
+                if (pg_floor_look(&r->pg, r->floor.at, r->floor.open ? r->floor_running : NULL, &pl, deadline,
+                                  err, sizeof(err)) < 0) {
+                        free(pl.running);
+                        log_debug("claim floor: looking failed: %s", err);
+                        r->floor.next_step = now + FLOOR_STEP_INTERVAL;
+                } else {
+                        struct floor_look l = { pl.ended, pl.lowest, pl.seq_last };
+
+                        if (floor_step(&r->floor, &l, now) == FLOOR_BEGAN) {
+                                free(r->floor_running);
+                                r->floor_running = pl.running;
+                        } else {
+                                free(pl.running);
+                        }
+                }
+        }
+        r->pg.claim_floor = r->floor.at;
+        if (r->floor.at != before)
+                log_debug("claims of table '%s' start at id %" PRId64, r->cfg->postgres.table, r->floor.at);
 }
 
 /* ordering = "key": who else publishes this table, and so where our claims start in the key
@@ -472,6 +529,14 @@ int relay_run(struct relay *r) {
 
                 if (r->cfg->relay.ordering == ORDERING_KEY && now >= r->next_members && !r->pg.in_tx)
                         look_at_members(r, now);
+                if (r->pg.requeued) {
+                        /* Put back in line: they may lie below the floor. Look now. */
+                        r->pg.requeued = false;
+                        r->floor.next_guard = now;
+                }
+                if (r->pg.id_seq && !r->pg.in_tx &&
+                    (floor_step_due(&r->floor, now) || floor_guard_due(&r->floor, now)))
+                        step_floor(r, now);
                 if (r->cfg->relay.ordering == ORDERING_SINGLE && !r->leader) {
                         if (now >= r->next_leader_try)
                                 try_lead(r, now);

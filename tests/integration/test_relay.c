@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <unistd.h>
 
+#include "floor.h" /* its intervals only: the test does not link the relay */
 #include "support.h"
 
 #define WRITERS 4
@@ -421,6 +423,100 @@ static void bad_headers_dead_letter(void **state) {
         PQfinish(c);
 }
 
+/* The last id the relay's debug log says its claims start at (floor.c), or -1. */
+static long long logged_floor(const struct ts_relay *r) {
+        static const char needle[] = "start at id ";
+        char line[1024];
+        long long at = -1;
+        FILE *f = fopen(r->log, "r");
+
+        if (!f)
+                return -1;
+        while (fgets(line, sizeof(line), f)) {
+                const char *p = strstr(line, needle);
+
+                if (p)
+                        at = strtoll(p + strlen(needle), NULL, 10);
+        }
+        fclose(f);
+        return at;
+}
+
+/* The claims start at the floor, past the finished rows' dead index entries (floor.h). A dead
+ * letter lies below it once the rows after it are published; put back with outbox_requeue(),
+ * it is published at once (the notification sends the relay below the floor), not after the
+ * guard's interval, and the rows of its key that came after it keep their place in Kafka. */
+static void requeue_below_the_floor(void **state) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("relay-floor");
+        const char *topics[] = { topic, NULL };
+        const struct ts_relay_opts o = { .relay_group = "poll_interval = \"1s\";", .log_level = "debug" };
+        struct ts_relay relay;
+        struct ts_msgs m;
+        long long dead, at = -1;
+        int64_t t0;
+
+        (void)state;
+        ts_relay_start_opts(&relay, &o);
+        ts_pg_exec(
+                c,
+                "INSERT INTO outbox (topic, key, payload, headers) VALUES ('%s', 'a', 'bad', '{\"n\": 1}')",
+                topic);
+        dead = ts_pg_int(c, "SELECT max(id) FROM outbox WHERE topic = '%s'", topic);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 7), convert_to('row ' "
+                   "|| g, 'UTF8')"
+                   " FROM generate_series(1, 300) g",
+                   topic);
+        assert_true(ts_wait_drained(c, topics, 20000));
+        assert_int_equal(
+                ts_pg_int(c, "SELECT count(*) FROM outbox WHERE id = %lld AND dead_at IS NOT NULL", dead), 1);
+        /* Two looks, a second apart: the floor passes the dead letter. */
+        for (int i = 0; i < 100 && at <= dead; i++) {
+                usleep(100 * 1000);
+                at = logged_floor(&relay);
+        }
+        if (at <= dead)
+                ts_relay_dump_log(&relay);
+        assert_true(at > dead);
+
+        ts_pg_exec(c, "UPDATE outbox SET headers = '{\"n\": \"1\"}' WHERE id = %lld", dead);
+        t0 = ts_now_ms();
+        assert_int_equal(ts_pg_int(c, "SELECT outbox_requeue(ARRAY[%lld::int8])", dead), 1);
+        assert_true(ts_wait_drained(c, topics, 20000));
+        /* Well within the guard's interval: the requeue's notification did it. */
+        assert_true(ts_now_ms() - t0 < (int64_t)(FLOOR_GUARD_INTERVAL / USEC_PER_MSEC) / 2);
+        assert_true(ts_relay_log_wait(&relay, "where the claims started", 1000));
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+
+        ts_consume(topics, 301, 30000, 500, &m);
+        assert_int_equal(m.n, 301);
+        {
+                /* Each row once; per key in id order (the consumer reads each partition in order). */
+                int64_t last[8] = { 0 };
+                int requeued = 0;
+
+                for (size_t i = 0; i < m.n; i++) {
+                        const struct ts_msg *v = &m.v[i];
+
+                        if (v->key_len == 1 && v->key[0] == 'a') {
+                                assert_int_equal(v->outbox_id, dead);
+                                requeued++;
+                                continue;
+                        }
+                        assert_true(v->key_len == 2 && v->key[0] == 'k' && v->key[1] >= '0' &&
+                                    v->key[1] < '7');
+                        assert_true(v->outbox_id > last[v->key[1] - '0']);
+                        last[v->key[1] - '0'] = v->outbox_id;
+                }
+                assert_int_equal(requeued, 1);
+        }
+        ts_msgs_free(&m);
+        assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic), 0);
+        free(topic);
+        PQfinish(c);
+}
+
 /* The relay reads headers in C (headers.c); the claim's SQL used to check them. Every reason
  * must be the one that SQL gave, and every good row's headers must arrive as jsonb_each_text
  * lists them: headers of every JSON type and shape, names that quote_literal() escapes, numbers
@@ -543,6 +639,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_teardown(edge_payloads, ts_teardown),
                 cmocka_unit_test_teardown(bad_headers_dead_letter, ts_teardown),
+                cmocka_unit_test_teardown(requeue_below_the_floor, ts_teardown),
                 cmocka_unit_test_teardown(headers_as_sql_read_them, ts_teardown),
                 cmocka_unit_test_teardown(notify_wakeup, ts_teardown),
                 cmocka_unit_test_teardown(altered_table, ts_teardown),

@@ -1,0 +1,182 @@
+/* test_floor.c -- The claim floor: a step begins, waits for its transactions, ends at min(lowest pending, S + 1); the guard sends it back to 0. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "floor.h"
+
+#define S USEC_PER_SEC
+
+/* One look after another, each with what it read and what the floor must then be. */
+struct look_step {
+        bool ended;
+        int64_t lowest, seq_last;
+        enum floor_change change;
+        int64_t at;
+};
+
+struct step_case {
+        const char *name;
+        struct look_step steps[6];
+        size_t n;
+};
+
+static const struct step_case step_cases[] = {
+        { "the first look only begins a step: the floor stays 0",
+          { { false, 500, 900, FLOOR_BEGAN, 0 } },
+          1 },
+        { "a step that ended: the lowest pending id, when below S + 1",
+          { { false, 500, 900, FLOOR_BEGAN, 0 }, { true, 520, 1000, FLOOR_BEGAN, 520 } },
+          2 },
+        { "a step that ended with nothing pending: S + 1 of the step, not of the look",
+          { { false, 0, 900, FLOOR_BEGAN, 0 }, { true, 0, 1000, FLOOR_BEGAN, 901 } },
+          2 },
+        { "pending rows only above S: S + 1 (rows above S may still commit below them)",
+          { { false, 950, 900, FLOOR_BEGAN, 0 }, { true, 990, 1000, FLOOR_BEGAN, 901 } },
+          2 },
+        { "transactions still running: the step waits and the floor does not move",
+          { { false, 500, 900, FLOOR_BEGAN, 0 },
+            { false, 800, 1000, FLOOR_WAITING, 0 },
+            { false, 850, 1100, FLOOR_WAITING, 0 },
+            { true, 870, 1200, FLOOR_BEGAN, 870 } },
+          4 },
+        { "a waiting step keeps its own S, not a later look's",
+          { { false, 0, 100, FLOOR_BEGAN, 0 },
+            { false, 0, 5000, FLOOR_WAITING, 0 },
+            { true, 0, 6000, FLOOR_BEGAN, 101 } },
+          3 },
+        { "steps one after another: the floor follows the head",
+          { { false, 1, 100, FLOOR_BEGAN, 0 },
+            { true, 50, 200, FLOOR_BEGAN, 50 },
+            { true, 150, 300, FLOOR_BEGAN, 150 },
+            { true, 0, 300, FLOOR_BEGAN, 301 },
+            { true, 0, 300, FLOOR_BEGAN, 301 } },
+          5 },
+        { "a sequence set back: the floor comes down with it",
+          { { false, 0, 1000, FLOOR_BEGAN, 0 },
+            { true, 0, 10, FLOOR_BEGAN, 1001 },
+            { true, 0, 10, FLOOR_BEGAN, 11 } },
+          3 },
+        { "a sequence never used (last value 0): the floor is 1",
+          { { false, 0, 0, FLOOR_BEGAN, 0 }, { true, 0, 0, FLOOR_BEGAN, 1 } },
+          2 },
+        { "the open step's 'ended' is all that counts: 'ended' with no step open begins one",
+          { { true, 500, 900, FLOOR_BEGAN, 0 }, { true, 600, 1000, FLOOR_BEGAN, 600 } },
+          2 },
+};
+
+static void step_table(void **state) {
+        (void)state;
+        for (size_t i = 0; i < ELEMENTSOF(step_cases); i++) {
+                const struct step_case *c = &step_cases[i];
+                struct floor f;
+                usec_t now = 1000 * S;
+
+                print_message("# %s\n", c->name);
+                floor_init(&f, now);
+                assert_true(floor_step_due(&f, now));
+                for (size_t j = 0; j < c->n; j++) {
+                        const struct look_step *s = &c->steps[j];
+                        struct floor_look l = { s->ended, s->lowest, s->seq_last };
+
+                        assert_int_equal(floor_step(&f, &l, now), s->change);
+                        assert_int_equal(f.at, s->at);
+                        assert_true(f.open);
+                        assert_false(floor_step_due(&f, now + FLOOR_STEP_INTERVAL - 1));
+                        assert_true(floor_step_due(&f, now + FLOOR_STEP_INTERVAL));
+                        now += FLOOR_STEP_INTERVAL;
+                }
+        }
+}
+
+static void the_floor_never_passes_a_pending_row_it_was_shown(void **state) {
+        /* Whatever the looks say, a step that ends never puts the floor above the lowest
+         * pending id that look reported. */
+        static const int64_t lowest[] = { 0, 1, 7, 99, 100, 101, 5000 };
+        static const int64_t seq[] = { 0, 1, 50, 100, 4000 };
+
+        (void)state;
+        for (size_t a = 0; a < ELEMENTSOF(seq); a++)
+                for (size_t b = 0; b < ELEMENTSOF(lowest); b++)
+                        for (size_t c = 0; c < ELEMENTSOF(seq); c++) {
+                                struct floor f;
+                                struct floor_look begin = { false, 0, seq[a] },
+                                                  end = { true, lowest[b], seq[c] };
+
+                                floor_init(&f, 0);
+                                floor_step(&f, &begin, 0);
+                                floor_step(&f, &end, S);
+                                if (lowest[b] > 0)
+                                        assert_true(f.at <= lowest[b]);
+                                assert_true(f.at <= seq[a] + 1);
+                                assert_true(f.at >= 1);
+                        }
+}
+
+struct guard_case {
+        const char *name;
+        int64_t at;
+        usec_t since; /* since the last guard (or the start) */
+        bool due;
+        bool found;
+        bool reset;
+};
+
+static const struct guard_case guard_cases[] = {
+        { "floor 0: never due, nothing is below it", 0, 10 * FLOOR_GUARD_INTERVAL, false, false, false },
+        { "before the interval: not due", 500, FLOOR_GUARD_INTERVAL - 1, false, false, false },
+        { "at the interval: due; nothing below: the floor stays", 500, FLOOR_GUARD_INTERVAL, true, false,
+          false },
+        { "a pending row below the floor: back to 0", 500, FLOOR_GUARD_INTERVAL, true, true, true },
+};
+
+static void guard_table(void **state) {
+        (void)state;
+        for (size_t i = 0; i < ELEMENTSOF(guard_cases); i++) {
+                const struct guard_case *c = &guard_cases[i];
+                struct floor f;
+
+                print_message("# %s\n", c->name);
+                floor_init(&f, 0);
+                f.at = c->at;
+                f.open = true;
+                f.seq_last = 700;
+                assert_int_equal(floor_guard_due(&f, c->since), c->due);
+                if (!c->due)
+                        continue;
+                assert_int_equal(floor_guarded(&f, c->found, c->since), c->reset);
+                assert_int_equal(f.at, c->reset ? 0 : c->at);
+                assert_int_equal(f.open, !c->reset); /* a reset drops the open step too */
+                assert_false(floor_guard_due(&f, c->since + FLOOR_GUARD_INTERVAL - 1));
+        }
+}
+
+static void reset_drops_the_step(void **state) {
+        struct floor f;
+        struct floor_look begin = { false, 0, 100 }, end = { true, 0, 200 };
+
+        (void)state;
+        floor_init(&f, 0);
+        floor_step(&f, &begin, 0);
+        floor_step(&f, &end, S);
+        assert_int_equal(f.at, 101);
+        floor_reset(&f, 2 * S);
+        assert_int_equal(f.at, 0);
+        assert_false(f.open);
+        /* The next look begins a step again; only the one after can move the floor. */
+        assert_int_equal(floor_step(&f, &end, 3 * S), FLOOR_BEGAN);
+        assert_int_equal(f.at, 0);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(step_table),
+                cmocka_unit_test(the_floor_never_passes_a_pending_row_it_was_shown),
+                cmocka_unit_test(guard_table),
+                cmocka_unit_test(reset_drops_the_step),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
