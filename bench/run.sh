@@ -178,9 +178,9 @@ case "$CLAIM" in "SELECT o.id,"*"ORDER BY o.id LIMIT \$1 FOR UPDATE SKIP LOCKED"
 *) die "could not read the claim query from src/pg.c (claim_fmt), got: $CLAIM" ;; esac
 [ "$DELETE" = 'DELETE FROM outbox WHERE id = ANY($1::int8[])' ] ||
         die "could not read the finish query from src/pg.c (delete_fmt), got: $DELETE"
-# $2 and $3 are the paused topics and keys: empty here, as in a healthy relay.
-CLAIM=${CLAIM//\$2/\'\{\}\'}
-CLAIM=${CLAIM//\$3/\'\{\}\'}
+# $2 is the claim floor (docs/claim.md, "The claim floor"): 0 here, from the start of the index,
+# as a plain SQL claim reads it.
+CLAIM=${CLAIM//\$2/0}
 
 # Claim and finish as separate statements, like the relay. pgbench -M extended sends :lim and
 # :ids as parameters ($1) of unnamed statements, as the relay does. The claim's columns feed

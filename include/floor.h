@@ -50,6 +50,11 @@ enum floor_change {
 
 void floor_init(struct floor *f, usec_t now);
 
+/* Whether the table's ids allow a floor: the id column has a sequence of its own
+ * (`has_sequence`), handing out one value at a time (`cache` 1), that the relay may read
+ * (`readable`). NULL when they do; otherwise why not, for the log. */
+const char *floor_unusable(bool has_sequence, long cache, bool readable);
+
 static inline bool floor_step_due(const struct floor *f, usec_t now) {
         return now >= f->next_step;
 }

@@ -9,6 +9,16 @@ void floor_init(struct floor *f, usec_t now) {
         f->next_guard = now + FLOOR_GUARD_INTERVAL;
 }
 
+const char *floor_unusable(bool has_sequence, long cache, bool readable) {
+        if (!has_sequence)
+                return "the id column has no sequence of its own";
+        if (cache != 1)
+                return "the id sequence hands out several values at a time to each session (CACHE > 1)";
+        if (!readable)
+                return "no SELECT or USAGE privilege on the id sequence";
+        return NULL;
+}
+
 enum floor_change floor_step(struct floor *f, const struct floor_look *l, usec_t now) {
         f->next_step = now + FLOOR_STEP_INTERVAL;
         if (f->open && !l->ended)

@@ -1,5 +1,7 @@
 /* pg.c -- The relay's PostgreSQL connection: connect with a deadline, LISTEN, claim and finish batches. */
 #include "pg.h"
+
+#include "floor.h"
 #include "share.h"
 
 #include <endian.h>
@@ -652,18 +654,14 @@ static int find_id_sequence(struct pg *pg, usec_t deadline, char *err, size_t er
                 1, params, 0, deadline, &res, err, errsz, "the id sequence");
         if (r < 0)
                 return r;
-        if (PQntuples(res) != 1)
-                snprintf(pg->floor_off, sizeof(pg->floor_off), "the id column has no sequence of its own");
-        else if (strcmp(PQgetvalue(res, 0, 1), "1") != 0)
-                snprintf(pg->floor_off, sizeof(pg->floor_off),
-                         "the id sequence hands out %s values at a time to each session (CACHE %s)",
-                         PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 1));
-        else if (strcmp(PQgetvalue(res, 0, 2), "t") != 0)
-                snprintf(pg->floor_off, sizeof(pg->floor_off),
-                         "no SELECT or USAGE privilege on the id sequence");
-        else {
-                pg->id_seq = (uint32_t)strtoul(PQgetvalue(res, 0, 0), NULL, 10);
-                pg->floor_off[0] = 0;
+        {
+                bool found = PQntuples(res) == 1;
+                const char *why = floor_unusable(found, found ? strtol(PQgetvalue(res, 0, 1), NULL, 10) : 0,
+                                                 found && strcmp(PQgetvalue(res, 0, 2), "t") == 0);
+
+                snprintf(pg->floor_off, sizeof(pg->floor_off), "%s", why ? why : "");
+                if (!why)
+                        pg->id_seq = (uint32_t)strtoul(PQgetvalue(res, 0, 0), NULL, 10);
         }
         PQclear(res);
         return 0;

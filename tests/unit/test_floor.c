@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -171,12 +172,45 @@ static void reset_drops_the_step(void **state) {
         assert_int_equal(f.at, 0);
 }
 
+struct usable_case {
+        const char *name;
+        bool has_sequence;
+        long cache;
+        bool readable;
+        const char *why; /* a word the reason must hold; NULL: usable */
+};
+
+static const struct usable_case usable_cases[] = {
+        { "identity or bigserial, cache 1, readable", true, 1, true, NULL },
+        { "no sequence (ids written by the application)", false, 0, true, "no sequence" },
+        { "a cache of 20: a session's ids may come after S", true, 20, true, "CACHE" },
+        { "cache 1 but not readable", true, 1, false, "privilege" },
+        { "no sequence wins over the rest", false, 20, false, "no sequence" },
+};
+
+static void usable_table(void **state) {
+        (void)state;
+        for (size_t i = 0; i < ELEMENTSOF(usable_cases); i++) {
+                const struct usable_case *c = &usable_cases[i];
+                const char *why = floor_unusable(c->has_sequence, c->cache, c->readable);
+
+                print_message("# %s\n", c->name);
+                if (!c->why) {
+                        assert_null(why);
+                        continue;
+                }
+                assert_non_null(why);
+                assert_non_null(strstr(why, c->why));
+        }
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(step_table),
                 cmocka_unit_test(the_floor_never_passes_a_pending_row_it_was_shown),
                 cmocka_unit_test(guard_table),
                 cmocka_unit_test(reset_drops_the_step),
+                cmocka_unit_test(usable_table),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
