@@ -30,37 +30,53 @@ struct floor {
         int64_t at; /* claims read ids >= at; 0: the whole index */
         bool open; /* a step has begun and waits for its transactions to end */
         int64_t seq_last; /* the sequence's last value when it began */
+        int64_t seq_node; /* and its relfilenode */
         usec_t next_step, next_guard;
 };
 
 /* What one look read, in this order (pg_floor_look): whether the open step's transactions have
- * all ended (meaningless when no step is open); the lowest pending id >= at, 0 for none; the
- * sequence's last value now, which begins the next step (the caller keeps the transactions read
- * after it when floor_step says a step began). */
+ * all ended (meaningless when no step is open); whether a row is pending at or above the floor
+ * (`any`) and the lowest such id; the sequence's last value now, which begins the next step (the
+ * caller keeps the transactions read after it when floor_step says a step began). */
 struct floor_look {
         bool ended;
+        bool any;
         int64_t lowest;
         int64_t seq_last;
+        int64_t seq_node; /* the sequence's relfilenode: a RESTART gives it a new one */
 };
 
 enum floor_change {
         FLOOR_WAITING, /* the open step's transactions are still running: keep its list */
-        FLOOR_BEGAN, /* a new step began (the floor may have moved): keep the new list */
+        FLOOR_BEGAN, /* a new step began (the floor may have risen): keep the new list */
+        FLOOR_RESET, /* the sequence went back (TRUNCATE ... RESTART IDENTITY, setval, a standby
+                      * promoted behind the old primary): the floor is 0 again, drop the list */
 };
 
 void floor_init(struct floor *f, usec_t now);
 
-/* Whether the table's ids allow a floor: the id column has a sequence of its own
- * (`has_sequence`), handing out one value at a time (`cache` 1), that the relay may read
- * (`readable`). NULL when they do; otherwise why not, for the log. */
-const char *floor_unusable(bool has_sequence, long cache, bool readable);
+/* Whether the table's ids allow a floor: the id column has a sequence of its own, handing out
+ * one value at a time (CACHE 1), upwards from 1 (INCREMENT > 0, MINVALUE >= 1, NO CYCLE), that
+ * the relay may read. NULL when they do; otherwise why not, for the log. Checked on connect and
+ * at every look (an ALTER SEQUENCE may change it any time). */
+struct floor_sequence {
+        bool exists;
+        long cache;
+        long long increment, min;
+        bool cycle;
+        bool readable;
+};
+const char *floor_unusable(const struct floor_sequence *s);
 
 static inline bool floor_step_due(const struct floor *f, usec_t now) {
         return now >= f->next_step;
 }
 
-/* One look's outcome. The floor moves only when a step ends, to min(lowest, its S + 1), which
- * may also be lower than before (a sequence that was set back). */
+/* One look's outcome. The floor moves only when a step ends, up to min(lowest, its S + 1), never
+ * down: a sequence that went back (its S lower than the open step's, or restarted: a new
+ * relfilenode) sends it to 0 instead, as every id it hands out from then on may lie below the
+ * floor. (A setval() back that the sequence passes again within a look's second is not seen:
+ * the guard finds its rows.) */
 enum floor_change floor_step(struct floor *f, const struct floor_look *l, usec_t now);
 
 /* The guard is due (never while the floor is 0: there is nothing below it). */

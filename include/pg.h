@@ -44,6 +44,7 @@ struct pg_failure {
 struct pg {
         PGconn *conn;
         const struct relay_config *cfg; /* borrowed */
+        char *table; /* cfg's table, quoted for SQL */
         char *sql_claim; /* nothing paused */
         char *sql_claim_skip; /* topics or (topic, key) pairs paused */
         char *sql_claim_alone; /* ordering = "key", nothing paused, no other relay */
@@ -160,11 +161,13 @@ int pg_lag(struct pg *pg, usec_t *lag, usec_t deadline, char *err, size_t errsz)
 /* The claim floor's look (floor.h): `running` is the open step's list of transactions (NULL:
  * no step open), as the last look returned it. Fills l (l->running malloc'd: the transactions
  * running now, to keep if a step begins). Four statements outside a transaction, in floor.h's
- * order. -EOPNOTSUPP (err = floor_off) when the table's ids do not allow a floor. */
+ * order. -EOPNOTSUPP (err = floor_off, id_seq = 0) when the table's ids no longer allow a floor
+ * (e.g. an ALTER SEQUENCE ... CACHE 20 since the connect). */
 struct pg_floor_look {
         bool ended;
+        bool any; /* a row is pending at or above `at`: the lowest is `lowest` */
         int64_t lowest;
-        int64_t seq_last;
+        int64_t seq_last, seq_node; /* the id sequence's last value and relfilenode */
         char *running;
 };
 int pg_floor_look(struct pg *pg, int64_t at, const char *running, struct pg_floor_look *l, usec_t deadline,

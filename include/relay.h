@@ -76,6 +76,7 @@ struct relay {
         struct floor floor;
         char *floor_running;
         bool floor_said; /* why there is no floor was logged */
+        bool floor_requeued; /* the guard is due because rows were put back with outbox_requeue */
 
         struct relay_stats stats;
         struct relay_stats last_summary;

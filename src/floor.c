@@ -9,29 +9,41 @@ void floor_init(struct floor *f, usec_t now) {
         f->next_guard = now + FLOOR_GUARD_INTERVAL;
 }
 
-const char *floor_unusable(bool has_sequence, long cache, bool readable) {
-        if (!has_sequence)
+const char *floor_unusable(const struct floor_sequence *s) {
+        if (!s->exists)
                 return "the id column has no sequence of its own";
-        if (cache != 1)
+        if (s->cache != 1)
                 return "the id sequence hands out several values at a time to each session (CACHE > 1)";
-        if (!readable)
+        if (s->increment <= 0 || s->min < 1 || s->cycle)
+                return "the id sequence does not count upwards from 1 without cycling";
+        if (!s->readable)
                 return "no SELECT or USAGE privilege on the id sequence";
         return NULL;
 }
 
 enum floor_change floor_step(struct floor *f, const struct floor_look *l, usec_t now) {
+        int64_t seq = l->seq_last > 0 ? l->seq_last : 0;
+
         f->next_step = now + FLOOR_STEP_INTERVAL;
+        if (f->open && (seq < f->seq_last || l->seq_node != f->seq_node)) {
+                floor_reset(f, now);
+                return FLOOR_RESET;
+        }
         if (f->open && !l->ended)
                 return FLOOR_WAITING;
         if (f->open) {
                 int64_t at = f->seq_last + 1;
 
-                if (l->lowest > 0 && l->lowest < at)
+                if (l->any && l->lowest < at)
                         at = l->lowest;
-                f->at = at;
+                if (at <= 0)
+                        at = 0; /* ids below 1 (written by hand): no floor */
+                if (at > f->at)
+                        f->at = at;
         }
         f->open = true;
-        f->seq_last = l->seq_last > 0 ? l->seq_last : 0;
+        f->seq_last = seq;
+        f->seq_node = l->seq_node;
         return FLOOR_BEGAN;
 }
 
@@ -47,6 +59,7 @@ void floor_reset(struct floor *f, usec_t now) {
         f->at = 0;
         f->open = false;
         f->seq_last = 0;
+        f->seq_node = 0;
         f->next_step = now + FLOOR_STEP_INTERVAL;
         f->next_guard = now + FLOOR_GUARD_INTERVAL;
 }

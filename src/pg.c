@@ -138,18 +138,41 @@ static const char lag_fmt[] =
  * ($1, virtual ids); the lowest pending id from the floor ($1) on; the id sequence's last value
  * ($1, its oid); the transactions running now, but this one. Separate statements, so each reads
  * after the one before (one snapshot per statement). */
-static const char floor_ended_sql[] = "SELECT NOT EXISTS (SELECT 1 FROM pg_locks l"
-                                      "  WHERE l.locktype = 'virtualxid' AND l.virtualxid = ANY($1::text[]))"
-                                      " AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts p WHERE 'prepared ' "
-                                      "|| p.transaction = ANY($1::text[]))";
-static const char floor_lowest_fmt[] = "SELECT coalesce(min(id), 0) FROM %s"
+/* The list is an array of text: first "since <statement_timestamp>", then the virtual ids of the
+ * transactions running, then "prepared <xid>" for the prepared ones (two-phase commit), which
+ * have left their sessions. A listed transaction that has PREPAREd since shows up as prepared
+ * after the "since" time. Transactions of other databases are left out (they cannot insert into
+ * this table), and autovacuum's (which never insert, and vacuum a big outbox for minutes: the
+ * floor would stand still exactly while the dead entries pile up); a backend we cannot place
+ * stays in. */
+static const char floor_ended_sql[] =
+        "WITH l(v) AS (SELECT unnest($1::text[]))"
+        " SELECT NOT EXISTS (SELECT 1 FROM pg_locks k"
+        "   WHERE k.locktype = 'virtualxid' AND k.virtualxid IN (SELECT v FROM l))"
+        "  AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts p WHERE p.database = current_database()"
+        "   AND ('prepared ' || p.transaction IN (SELECT v FROM l)"
+        "    OR p.prepared >= (SELECT substr(v, 7)::timestamptz FROM l WHERE v LIKE 'since %')))";
+static const char floor_lowest_fmt[] = "SELECT min(id) FROM %s"
                                        " WHERE published_at IS NULL AND dead_at IS NULL AND id >= $1::int8";
-static const char floor_seq_sql[] = "SELECT coalesce(pg_sequence_last_value($1::oid::regclass), 0)";
-/* A prepared transaction (two-phase commit) has left its session: it is listed by its xid. */
 static const char floor_running_sql[] =
-        "SELECT coalesce(array_agg(t.v), '{}')::text FROM ("
-        "  SELECT l.virtualxid FROM pg_locks l WHERE l.locktype = 'virtualxid' AND l.pid <> pg_backend_pid()"
-        "  UNION ALL SELECT 'prepared ' || p.transaction FROM pg_prepared_xacts p) t(v)";
+        "SELECT (ARRAY['since ' || statement_timestamp()::text] || coalesce(array_agg(t.v), '{}'))::text "
+        "FROM ("
+        "  SELECT k.virtualxid FROM pg_locks k"
+        "   WHERE k.locktype = 'virtualxid' AND k.granted AND k.pid <> pg_backend_pid()"
+        "    AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = k.pid"
+        "     AND ((a.datid IS NOT NULL AND a.datname <> current_database()) OR a.backend_type = 'autovacuum "
+        "worker'))"
+        "  UNION ALL SELECT 'prepared ' || p.transaction FROM pg_prepared_xacts p"
+        "   WHERE p.database = current_database()) t(v)";
+/* The id column's sequence: oid, what floor_unusable() asks, its last value (0 before the first),
+ * its relfilenode. $1: the table, quoted. */
+static const char floor_seq_sql[] =
+        "SELECT s.seqrelid::int8, s.seqcache, s.seqincrement, s.seqmin, s.seqcycle, s.ok,"
+        " CASE WHEN s.ok THEN coalesce(pg_sequence_last_value(s.seqrelid), 0) END,"
+        " pg_relation_filenode(s.seqrelid)::int8"
+        " FROM (SELECT q.*, has_sequence_privilege(q.seqrelid, 'SELECT')"
+        "   OR has_sequence_privilege(q.seqrelid, 'USAGE') AS ok FROM pg_sequence q"
+        "  WHERE q.seqrelid = pg_get_serial_sequence($1, 'id')::regclass) s";
 static const char floor_below_fmt[] = "SELECT EXISTS (SELECT 1 FROM %s"
                                       " WHERE published_at IS NULL AND dead_at IS NULL AND id < $1::int8)";
 
@@ -344,6 +367,7 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
         channel = quote_qualified(cfg->postgres.channel);
         if (!table || !channel)
                 return -EINVAL;
+        pg->table = strdup(table);
         pg->sql_claim = sql_printf(claim_fmt, table, NULL);
         {
                 /* claim_skip_tmpl selects what claim_fmt selects: its column list, %% unescaped. */
@@ -381,7 +405,7 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
         }
         if (!pg->sql_claim || !pg->sql_claim_skip || !pg->sql_delete || !pg->sql_mark || !pg->sql_fail ||
             !pg->sql_retention || !pg->sql_lag || !pg->sql_floor_lowest || !pg->sql_floor_below ||
-            !pg->sql_listen || !pg->sql_leader) {
+            !pg->sql_listen || !pg->sql_leader || !pg->table) {
                 pg_done(pg);
                 return -ENOMEM;
         }
@@ -401,6 +425,7 @@ void pg_done(struct pg *pg) {
         free(pg->sql_lag);
         free(pg->sql_floor_lowest);
         free(pg->sql_floor_below);
+        free(pg->table);
         free(pg->sql_listen);
         free(pg->sql_leader);
         memset(pg, 0, sizeof(*pg));
@@ -638,31 +663,32 @@ static void notice_sink(void *arg, const char *message) {
         (void)message; /* server notices (e.g. the FATAL before a termination) are not ours to log */
 }
 
-/* The claim floor holds only while ids come from the id column's own sequence, one at a time
- * (floor.h): look for it, with CACHE 1 and readable by us; otherwise say why in floor_off. */
-static int find_id_sequence(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
-        const char *params[1] = { pg->cfg->postgres.table };
+/* Reads the id column's sequence (floor_seq_sql). Sets pg->id_seq, or 0 and pg->floor_off saying
+ * why the floor cannot be used; *last and *node for a look. A failed statement is returned. */
+static int read_id_sequence(struct pg *pg, int64_t *last, int64_t *node, usec_t deadline, char *err,
+                            size_t errsz) {
+        const char *params[1] = { pg->table };
+        struct floor_sequence fs = { 0 };
+        const char *why;
         PGresult *res;
         int r;
 
-        pg->id_seq = 0;
-        r = exec_one(
-                pg,
-                "SELECT s.seqrelid::int8, s.seqcache,"
-                " has_sequence_privilege(s.seqrelid, 'SELECT') OR has_sequence_privilege(s.seqrelid, 'USAGE')"
-                " FROM pg_sequence s WHERE s.seqrelid = pg_get_serial_sequence($1, 'id')::regclass",
-                1, params, 0, deadline, &res, err, errsz, "the id sequence");
+        r = exec_one(pg, floor_seq_sql, 1, params, 0, deadline, &res, err, errsz, "the id sequence");
         if (r < 0)
                 return r;
-        {
-                bool found = PQntuples(res) == 1;
-                const char *why = floor_unusable(found, found ? strtol(PQgetvalue(res, 0, 1), NULL, 10) : 0,
-                                                 found && strcmp(PQgetvalue(res, 0, 2), "t") == 0);
-
-                snprintf(pg->floor_off, sizeof(pg->floor_off), "%s", why ? why : "");
-                if (!why)
-                        pg->id_seq = (uint32_t)strtoul(PQgetvalue(res, 0, 0), NULL, 10);
+        fs.exists = PQntuples(res) == 1;
+        if (fs.exists) {
+                fs.cache = strtol(PQgetvalue(res, 0, 1), NULL, 10);
+                fs.increment = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+                fs.min = strtoll(PQgetvalue(res, 0, 3), NULL, 10);
+                fs.cycle = strcmp(PQgetvalue(res, 0, 4), "t") == 0;
+                fs.readable = strcmp(PQgetvalue(res, 0, 5), "t") == 0;
+                *last = strtoll(PQgetvalue(res, 0, 6), NULL, 10);
+                *node = strtoll(PQgetvalue(res, 0, 7), NULL, 10);
         }
+        why = floor_unusable(&fs);
+        snprintf(pg->floor_off, sizeof(pg->floor_off), "%s", why ? why : "");
+        pg->id_seq = why ? 0 : (uint32_t)strtoul(PQgetvalue(res, 0, 0), NULL, 10);
         PQclear(res);
         return 0;
 }
@@ -762,7 +788,7 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         }
         if (cfg->relay.ordering == ORDERING_KEY) {
                 /* The lock classes of this table: from its oid, so two tables never share them. */
-                const char *params[1] = { cfg->postgres.table };
+                const char *params[1] = { pg->table };
                 PGresult *res;
 
                 r = exec_one(pg,
@@ -778,10 +804,20 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
                 pg->member_class = (int32_t)strtol(PQgetvalue(res, 0, 1), NULL, 10);
                 PQclear(res);
         }
-        r = find_id_sequence(pg, deadline, err, errsz);
-        if (r < 0) {
-                pg_disconnect(pg);
-                return r == -EIO ? -ECONNREFUSED : r;
+        {
+                /* A table whose sequence cannot be read is claimed from the start: no floor. */
+                char why[sizeof(pg->floor_off)];
+                int64_t last = 0, node = 0;
+
+                r = read_id_sequence(pg, &last, &node, deadline, why, sizeof(why));
+                if (r == -EIO) {
+                        pg->id_seq = 0;
+                        snprintf(pg->floor_off, sizeof(pg->floor_off), "%s", why);
+                } else if (r < 0) {
+                        set_err(err, errsz, "the id sequence", why);
+                        pg_disconnect(pg);
+                        return r;
+                }
         }
         r = prepare_all(pg, deadline, err, errsz);
         if (r < 0) {
@@ -994,6 +1030,11 @@ static bool any_null(const char *const *v, size_t n) {
         return false;
 }
 
+/* Without a floor, from the lowest id there is (ids written by hand may be 0 or below). */
+static int64_t claim_floor(const struct pg *pg) {
+        return pg->claim_floor > 0 ? pg->claim_floor : INT64_MIN;
+}
+
 int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct pg_order *order,
              struct pg_batch *b, usec_t deadline, char *err, size_t errsz) {
         char lim[16], depth[16], first[16], cls[16], floor[24];
@@ -1019,7 +1060,7 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
         snprintf(lim, sizeof(lim), "%d", limit);
         snprintf(first, sizeof(first), "%u", order->first % SHARE_BUCKETS);
         snprintf(cls, sizeof(cls), "%d", pg->bucket_class);
-        snprintf(floor, sizeof(floor), "%lld", (long long)pg->claim_floor);
+        snprintf(floor, sizeof(floor), "%lld", (long long)claim_floor(pg));
         sql = pg->sql_claim;
         stmt = stmt_claim;
         /* $2 floor */
@@ -1373,7 +1414,7 @@ int pg_lag(struct pg *pg, usec_t *lag, usec_t deadline, char *err, size_t errsz)
 
         if (!pg_connected(pg))
                 return not_connected(err, errsz, "lag");
-        snprintf(floor, sizeof(floor), "%lld", (long long)pg->claim_floor);
+        snprintf(floor, sizeof(floor), "%lld", (long long)claim_floor(pg));
         r = exec_one(pg, pg->sql_lag, 1, params, 1, deadline, &res, err, errsz, "lag");
         if (r < 0)
                 return r;
@@ -1382,55 +1423,39 @@ int pg_lag(struct pg *pg, usec_t *lag, usec_t deadline, char *err, size_t errsz)
         return 0;
 }
 
-/* One int8 (text format) from a statement of one row and column. */
-static int exec_int8(struct pg *pg, const char *sql, const char *param, usec_t deadline, int64_t *out,
-                     char *err, size_t errsz, const char *what) {
-        const char *params[1] = { param };
-        PGresult *res;
-        int r = exec_one(pg, sql, 1, params, 0, deadline, &res, err, errsz, what);
-
-        if (r < 0)
-                return r;
-        if (PQntuples(res) != 1 || PQnfields(res) != 1) {
-                PQclear(res);
-                set_err(err, errsz, what, "unexpected result");
-                return -EPROTO;
-        }
-        *out = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-        PQclear(res);
-        return 0;
-}
-
 int pg_floor_look(struct pg *pg, int64_t at, const char *running, struct pg_floor_look *l, usec_t deadline,
                   char *err, size_t errsz) {
         char num[24];
+        const char *params[1] = { num };
         PGresult *res;
         int r;
 
         memset(l, 0, sizeof(*l));
         if (!pg_connected(pg))
                 return not_connected(err, errsz, "claim floor");
-        if (!pg->id_seq) {
-                set_err(err, errsz, "claim floor", pg->floor_off);
-                return -EOPNOTSUPP;
-        }
         if (running) {
-                const char *params[1] = { running };
+                const char *list[1] = { running };
 
-                r = exec_one(pg, floor_ended_sql, 1, params, 0, deadline, &res, err, errsz, "claim floor");
+                r = exec_one(pg, floor_ended_sql, 1, list, 0, deadline, &res, err, errsz, "claim floor");
                 if (r < 0)
                         return r;
                 l->ended = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
                 PQclear(res);
         }
         snprintf(num, sizeof(num), "%lld", (long long)at);
-        r = exec_int8(pg, pg->sql_floor_lowest, num, deadline, &l->lowest, err, errsz, "claim floor");
+        r = exec_one(pg, pg->sql_floor_lowest, 1, params, 0, deadline, &res, err, errsz, "claim floor");
         if (r < 0)
                 return r;
-        snprintf(num, sizeof(num), "%u", pg->id_seq);
-        r = exec_int8(pg, floor_seq_sql, num, deadline, &l->seq_last, err, errsz, "claim floor");
+        l->any = PQntuples(res) == 1 && !PQgetisnull(res, 0, 0);
+        l->lowest = l->any ? strtoll(PQgetvalue(res, 0, 0), NULL, 10) : 0;
+        PQclear(res);
+        r = read_id_sequence(pg, &l->seq_last, &l->seq_node, deadline, err, errsz);
         if (r < 0)
                 return r;
+        if (!pg->id_seq) {
+                set_err(err, errsz, "claim floor", pg->floor_off);
+                return -EOPNOTSUPP;
+        }
         r = exec_one(pg, floor_running_sql, 0, NULL, 0, deadline, &res, err, errsz, "claim floor");
         if (r < 0)
                 return r;

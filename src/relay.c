@@ -263,6 +263,14 @@ static void schedule_retry(struct relay *r, struct backoff *bo, usec_t now, cons
         log_notice("%s, retrying in %s", what, when);
 }
 
+/* The claim floor back to 0 (pg.h: claims then read from the lowest id there is). */
+static void drop_floor(struct relay *r, usec_t now) {
+        floor_reset(&r->floor, now);
+        free(r->floor_running);
+        r->floor_running = NULL;
+        r->pg.claim_floor = 0;
+}
+
 static void try_connect(struct relay *r, usec_t now) {
         char err[512];
         int ret = pg_connect(&r->pg, now + r->cfg->postgres.connect_timeout, err, sizeof(err));
@@ -293,6 +301,9 @@ static void try_connect(struct relay *r, usec_t now) {
                         log_warning("no member slot on table '%s': %s", r->cfg->postgres.table, err);
                 r->next_members = 0;
         }
+        /* A new session may be on another server (a promoted standby), and the sequence may have
+         * changed while we were away: the floor starts again from 0. */
+        drop_floor(r, now);
         if (!r->pg.id_seq && !r->floor_said) {
                 log_notice("claims read table '%s' from the start of its pending index: %s (docs/claim.md, "
                            "\"The claim floor\")",
@@ -335,38 +346,63 @@ static void step_floor(struct relay *r, usec_t now) {
         char err[512];
 
         if (floor_guard_due(&r->floor, now)) {
-                bool found = false;
+                bool found = false, asked = r->floor_requeued;
 
+                r->floor_requeued = false;
                 if (pg_floor_below(&r->pg, r->floor.at, &found, deadline, err, sizeof(err)) < 0) {
                         log_warning("looking below the claim floor of table '%s' failed: %s",
                                     r->cfg->postgres.table, err);
                         r->floor.next_guard = now + FLOOR_STEP_INTERVAL;
                 } else if (floor_guarded(&r->floor, found, now)) {
-                        free(r->floor_running);
-                        r->floor_running = NULL;
-                        log_notice("pending rows below id %" PRId64
-                                   " of table '%s', where the claims started: a "
-                                   "dead letter put back, or ids not taken from the table's sequence; claims "
-                                   "read "
-                                   "the table from its start again",
-                                   before, r->cfg->postgres.table);
+                        drop_floor(r, now);
+                        if (asked)
+                                log_notice("rows put back in line below id %" PRId64
+                                           " of table '%s' (outbox_requeue): "
+                                           "claims read the table from its start again",
+                                           before, r->cfg->postgres.table);
+                        else
+                                log_warning("pending rows below id %" PRId64
+                                            " of table '%s', where the claims "
+                                            "started, put there by hand (a dead letter put back without "
+                                            "outbox_requeue, an id written explicitly, or the sequence set "
+                                            "back): "
+                                            "they go out now, and may follow later rows of their keys",
+                                            before, r->cfg->postgres.table);
                 }
         } else if (floor_step_due(&r->floor, now)) {
                 struct pg_floor_look pl;
+                int ret = pg_floor_look(&r->pg, r->floor.at, r->floor.open ? r->floor_running : NULL, &pl,
+                                        deadline, err, sizeof(err));
 
-                if (pg_floor_look(&r->pg, r->floor.at, r->floor.open ? r->floor_running : NULL, &pl, deadline,
-                                  err, sizeof(err)) < 0) {
+                if (ret == -EOPNOTSUPP) {
+                        drop_floor(r, now);
+                        log_notice(
+                                "claims read table '%s' from the start of its pending index from now on: %s "
+                                "(docs/claim.md, \"The claim floor\")",
+                                r->cfg->postgres.table, err);
+                } else if (ret < 0) {
                         free(pl.running);
                         log_debug("claim floor: looking failed: %s", err);
                         r->floor.next_step = now + FLOOR_STEP_INTERVAL;
                 } else {
-                        struct floor_look l = { pl.ended, pl.lowest, pl.seq_last };
+                        struct floor_look l = { pl.ended, pl.any, pl.lowest, pl.seq_last, pl.seq_node };
 
-                        if (floor_step(&r->floor, &l, now) == FLOOR_BEGAN) {
+                        switch (floor_step(&r->floor, &l, now)) {
+                        case FLOOR_BEGAN:
                                 free(r->floor_running);
                                 r->floor_running = pl.running;
-                        } else {
+                                break;
+                        case FLOOR_RESET:
                                 free(pl.running);
+                                drop_floor(r, now);
+                                log_notice("the id sequence of table '%s' went back: claims read the table "
+                                           "from its "
+                                           "start again",
+                                           r->cfg->postgres.table);
+                                break;
+                        case FLOOR_WAITING:
+                                free(pl.running);
+                                break;
                         }
                 }
         }
@@ -532,6 +568,7 @@ int relay_run(struct relay *r) {
                 if (r->pg.requeued) {
                         /* Put back in line: they may lie below the floor. Look now. */
                         r->pg.requeued = false;
+                        r->floor_requeued = true;
                         r->floor.next_guard = now;
                 }
                 if (r->pg.id_seq && !r->pg.in_tx &&

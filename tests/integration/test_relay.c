@@ -486,7 +486,7 @@ static void requeue_below_the_floor(void **state) {
         assert_true(ts_wait_drained(c, topics, 20000));
         /* Well within the guard's interval: the requeue's notification did it. */
         assert_true(ts_now_ms() - t0 < (int64_t)(FLOOR_GUARD_INTERVAL / USEC_PER_MSEC) / 2);
-        assert_true(ts_relay_log_wait(&relay, "where the claims started", 1000));
+        assert_true(ts_relay_log_wait(&relay, "put back in line below id", 1000));
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
 
         ts_consume(topics, 301, 30000, 500, &m);
@@ -513,6 +513,119 @@ static void requeue_below_the_floor(void **state) {
         }
         ts_msgs_free(&m);
         assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic), 0);
+        free(topic);
+        PQfinish(c);
+}
+
+/* Messages of `topic` in Kafka, each key's outbox ids checked ascending; returns how many. */
+static size_t consume_in_key_order(const char *topic, size_t expect) {
+        const char *topics[] = { topic, NULL };
+        struct ts_msgs m;
+        size_t n;
+
+        ts_consume(topics, expect, 30000, 500, &m);
+        for (size_t i = 0; i < m.n; i++)
+                for (size_t j = i + 1; j < m.n; j++)
+                        if (m.v[i].partition == m.v[j].partition && m.v[i].key_len == m.v[j].key_len &&
+                            memcmp(m.v[i].key, m.v[j].key, m.v[i].key_len) == 0 &&
+                            m.v[j].offset > m.v[i].offset)
+                                assert_true(m.v[j].outbox_id > m.v[i].outbox_id);
+        n = m.n;
+        ts_msgs_free(&m);
+        return n;
+}
+
+/* The rule's own case: a transaction that took its id before a step began and commits after
+ * the step's floor would have passed it. While it stays open the floor must stay at or below
+ * its row (other keys flowing, steps every second); once committed, its row goes out at once,
+ * before the next row of its key. */
+static void late_commit_keeps_its_place(void **state) {
+        PGconn *c = ts_pg_connect(), *w = ts_pg_connect();
+        char *topic = ts_topic("relay-late");
+        const char *topics[] = { topic, NULL };
+        const struct ts_relay_opts o = { .relay_group = "poll_interval = \"1s\";", .log_level = "debug" };
+        struct ts_relay relay;
+        long long held;
+        int64_t t0;
+
+        (void)state;
+        ts_relay_start_opts(&relay, &o);
+        /* A floor first (two looks with nothing running), then the transaction. */
+        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'other-0', 'x')", topic);
+        for (int i = 0; i < 50 && logged_floor(&relay) <= 0; i++)
+                usleep(100 * 1000);
+        assert_true(logged_floor(&relay) > 0);
+        ts_pg_exec(w, "BEGIN");
+        ts_pg_exec(w, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'K', 'first')", topic);
+        held = ts_pg_int(w, "SELECT max(id) FROM outbox WHERE topic = '%s'", topic);
+        for (int i = 0; i < 30; i++) {
+                ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'other-%d', 'x')",
+                           topic, i % 5);
+                usleep(100 * 1000);
+        }
+        ts_pg_wait(c, 10000, "SELECT count(*) = 0 FROM outbox WHERE topic = '%s' AND key <> 'K'", topic);
+        /* Three seconds, three looks: the floor went up to the held row and no further. */
+        {
+                long long at = logged_floor(&relay);
+
+                ts_pg_exec(w, "COMMIT");
+                assert_true(at > 0);
+                assert_true(at <= held);
+        }
+        t0 = ts_now_ms();
+        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'K', 'second')", topic);
+        assert_true(ts_wait_drained(c, topics, 20000));
+        assert_true(ts_now_ms() - t0 < (int64_t)(FLOOR_GUARD_INTERVAL / USEC_PER_MSEC) / 2);
+        assert_int_equal(ts_relay_log_count(&relay, "where the claims started"), 0);
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+        assert_int_equal(consume_in_key_order(topic, 33), 33);
+        free(topic);
+        PQfinish(w);
+        PQfinish(c);
+}
+
+/* The sequence set back (as TRUNCATE ... RESTART IDENTITY does): rows get ids below the floor,
+ * and the next look sends it to 0. Then a CACHE of 20: no floor from the next look on. Every
+ * row goes out within seconds, in key order (the keys after the setback are new ones: ids
+ * below their predecessors' would be out of id order by construction). */
+static void the_sequence_changes(void **state) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("relay-seq");
+        const char *topics[] = { topic, NULL };
+        const struct ts_relay_opts o = { .relay_group = "poll_interval = \"1s\";", .log_level = "debug" };
+        struct ts_relay relay;
+        int64_t t0;
+
+        (void)state;
+        ts_relay_start_opts(&relay, &o);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 3), 'a' FROM"
+                   " generate_series(1, 200) g",
+                   topic);
+        assert_true(ts_wait_drained(c, topics, 20000));
+        for (int i = 0; i < 50 && logged_floor(&relay) <= 0; i++)
+                usleep(100 * 1000);
+        assert_true(logged_floor(&relay) > 0);
+        /* Back to just above the highest id still in the table (no key collides). */
+        assert_true(ts_pg_int(c,
+                              "SELECT setval(pg_get_serial_sequence('outbox', 'id'),"
+                              " (SELECT coalesce(max(id), 1) FROM outbox), true)") > 0);
+        t0 = ts_now_ms();
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'j' || (g %% 3), 'b' FROM"
+                   " generate_series(1, 20) g",
+                   topic);
+        assert_true(ts_relay_log_wait(&relay, "went back", 5000));
+        assert_true(ts_wait_drained(c, topics, 20000));
+        assert_true(ts_now_ms() - t0 < (int64_t)(FLOOR_GUARD_INTERVAL / USEC_PER_MSEC) / 2);
+
+        ts_pg_exec(c, "ALTER SEQUENCE outbox_id_seq CACHE 20"); /* the identity's, as sql/001 creates it */
+        assert_true(ts_relay_log_wait(&relay, "from now on", 5000));
+        ts_pg_exec(c, "ALTER SEQUENCE outbox_id_seq CACHE 1");
+        ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'j0', 'c')", topic);
+        assert_true(ts_wait_drained(c, topics, 20000));
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+        assert_int_equal(consume_in_key_order(topic, 221), 221);
         free(topic);
         PQfinish(c);
 }
@@ -640,6 +753,8 @@ int main(void) {
                 cmocka_unit_test_teardown(edge_payloads, ts_teardown),
                 cmocka_unit_test_teardown(bad_headers_dead_letter, ts_teardown),
                 cmocka_unit_test_teardown(requeue_below_the_floor, ts_teardown),
+                cmocka_unit_test_teardown(late_commit_keeps_its_place, ts_teardown),
+                cmocka_unit_test_teardown(the_sequence_changes, ts_teardown),
                 cmocka_unit_test_teardown(headers_as_sql_read_them, ts_teardown),
                 cmocka_unit_test_teardown(notify_wakeup, ts_teardown),
                 cmocka_unit_test_teardown(altered_table, ts_teardown),

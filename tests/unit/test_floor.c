@@ -1,4 +1,4 @@
-/* test_floor.c -- The claim floor: a step begins, waits for its transactions, ends at min(lowest pending, S + 1); the guard sends it back to 0. */
+/* test_floor.c -- The claim floor: a step begins, waits for its transactions, ends at min(lowest pending, S + 1); a sequence that goes back and the guard send it to 0. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,11 +10,13 @@
 #include "floor.h"
 
 #define S USEC_PER_SEC
+#define NONE -1 /* in a look: no row pending at or above the floor */
 
-/* One look after another, each with what it read and what the floor must then be. */
+/* One look after another, each with what it read and what the floor must then be. `node` is
+ * the sequence's relfilenode (a RESTART changes it); 0 means 1. */
 struct look_step {
         bool ended;
-        int64_t lowest, seq_last;
+        int64_t lowest, seq_last, node;
         enum floor_change change;
         int64_t at;
 };
@@ -27,47 +29,68 @@ struct step_case {
 
 static const struct step_case step_cases[] = {
         { "the first look only begins a step: the floor stays 0",
-          { { false, 500, 900, FLOOR_BEGAN, 0 } },
+          { { false, 500, 900, 0, FLOOR_BEGAN, 0 } },
           1 },
         { "a step that ended: the lowest pending id, when below S + 1",
-          { { false, 500, 900, FLOOR_BEGAN, 0 }, { true, 520, 1000, FLOOR_BEGAN, 520 } },
+          { { false, 500, 900, 0, FLOOR_BEGAN, 0 }, { true, 520, 1000, 0, FLOOR_BEGAN, 520 } },
           2 },
         { "a step that ended with nothing pending: S + 1 of the step, not of the look",
-          { { false, 0, 900, FLOOR_BEGAN, 0 }, { true, 0, 1000, FLOOR_BEGAN, 901 } },
+          { { false, NONE, 900, 0, FLOOR_BEGAN, 0 }, { true, NONE, 1000, 0, FLOOR_BEGAN, 901 } },
           2 },
         { "pending rows only above S: S + 1 (rows above S may still commit below them)",
-          { { false, 950, 900, FLOOR_BEGAN, 0 }, { true, 990, 1000, FLOOR_BEGAN, 901 } },
+          { { false, 950, 900, 0, FLOOR_BEGAN, 0 }, { true, 990, 1000, 0, FLOOR_BEGAN, 901 } },
           2 },
         { "transactions still running: the step waits and the floor does not move",
-          { { false, 500, 900, FLOOR_BEGAN, 0 },
-            { false, 800, 1000, FLOOR_WAITING, 0 },
-            { false, 850, 1100, FLOOR_WAITING, 0 },
-            { true, 870, 1200, FLOOR_BEGAN, 870 } },
+          { { false, 500, 900, 0, FLOOR_BEGAN, 0 },
+            { false, 800, 1000, 0, FLOOR_WAITING, 0 },
+            { false, 850, 1100, 0, FLOOR_WAITING, 0 },
+            { true, 870, 1200, 0, FLOOR_BEGAN, 870 } },
           4 },
         { "a waiting step keeps its own S, not a later look's",
-          { { false, 0, 100, FLOOR_BEGAN, 0 },
-            { false, 0, 5000, FLOOR_WAITING, 0 },
-            { true, 0, 6000, FLOOR_BEGAN, 101 } },
+          { { false, NONE, 100, 0, FLOOR_BEGAN, 0 },
+            { false, NONE, 5000, 0, FLOOR_WAITING, 0 },
+            { true, NONE, 6000, 0, FLOOR_BEGAN, 101 } },
           3 },
         { "steps one after another: the floor follows the head",
-          { { false, 1, 100, FLOOR_BEGAN, 0 },
-            { true, 50, 200, FLOOR_BEGAN, 50 },
-            { true, 150, 300, FLOOR_BEGAN, 150 },
-            { true, 0, 300, FLOOR_BEGAN, 301 },
-            { true, 0, 300, FLOOR_BEGAN, 301 } },
+          { { false, 1, 100, 0, FLOOR_BEGAN, 0 },
+            { true, 50, 200, 0, FLOOR_BEGAN, 50 },
+            { true, 150, 300, 0, FLOOR_BEGAN, 150 },
+            { true, NONE, 300, 0, FLOOR_BEGAN, 301 },
+            { true, NONE, 300, 0, FLOOR_BEGAN, 301 } },
           5 },
-        { "a sequence set back: the floor comes down with it",
-          { { false, 0, 1000, FLOOR_BEGAN, 0 },
-            { true, 0, 10, FLOOR_BEGAN, 1001 },
-            { true, 0, 10, FLOOR_BEGAN, 11 } },
+        { "the sequence went back (setval): the floor goes to 0, the next look begins a step",
+          { { false, NONE, 1000, 0, FLOOR_BEGAN, 0 },
+            { true, NONE, 1000, 0, FLOOR_BEGAN, 1001 },
+            { true, NONE, 10, 0, FLOOR_RESET, 0 },
+            { false, 5, 12, 0, FLOOR_BEGAN, 0 },
+            { true, 5, 20, 0, FLOOR_BEGAN, 5 } },
+          5 },
+        { "the sequence restarted (new relfilenode) and passed its old value: still 0",
+          { { false, NONE, 100, 0, FLOOR_BEGAN, 0 },
+            { true, NONE, 100, 0, FLOOR_BEGAN, 101 },
+            { true, 1, 150, 2, FLOOR_RESET, 0 } },
           3 },
-        { "a sequence never used (last value 0): the floor is 1",
-          { { false, 0, 0, FLOOR_BEGAN, 0 }, { true, 0, 0, FLOOR_BEGAN, 1 } },
+        { "a sequence set back while the step waits: 0 as well",
+          { { false, NONE, 1000, 0, FLOOR_BEGAN, 0 }, { false, NONE, 3, 0, FLOOR_RESET, 0 } },
           2 },
-        { "the open step's 'ended' is all that counts: 'ended' with no step open begins one",
-          { { true, 500, 900, FLOOR_BEGAN, 0 }, { true, 600, 1000, FLOOR_BEGAN, 600 } },
+        { "a sequence never used (last value 0): the floor is 1",
+          { { false, NONE, 0, 0, FLOOR_BEGAN, 0 }, { true, NONE, 0, 0, FLOOR_BEGAN, 1 } },
+          2 },
+        { "rows pending with ids below 1 (written by hand): no floor",
+          { { false, NONE, 100, 0, FLOOR_BEGAN, 0 }, { true, -5, 100, 0, FLOOR_BEGAN, 0 } },
+          2 },
+        { "'ended' with no step open only begins one",
+          { { true, 500, 900, 0, FLOOR_BEGAN, 0 }, { true, 600, 1000, 0, FLOOR_BEGAN, 600 } },
           2 },
 };
+
+static struct floor_look look_of(const struct look_step *s) {
+        return (struct floor_look){ .ended = s->ended,
+                                    .any = s->lowest != NONE,
+                                    .lowest = s->lowest == NONE ? 0 : s->lowest,
+                                    .seq_last = s->seq_last,
+                                    .seq_node = s->node ? s->node : 1 };
+}
 
 static void step_table(void **state) {
         (void)state;
@@ -81,11 +104,11 @@ static void step_table(void **state) {
                 assert_true(floor_step_due(&f, now));
                 for (size_t j = 0; j < c->n; j++) {
                         const struct look_step *s = &c->steps[j];
-                        struct floor_look l = { s->ended, s->lowest, s->seq_last };
+                        struct floor_look l = look_of(s);
 
                         assert_int_equal(floor_step(&f, &l, now), s->change);
                         assert_int_equal(f.at, s->at);
-                        assert_true(f.open);
+                        assert_int_equal(f.open, s->change != FLOOR_RESET);
                         assert_false(floor_step_due(&f, now + FLOOR_STEP_INTERVAL - 1));
                         assert_true(floor_step_due(&f, now + FLOOR_STEP_INTERVAL));
                         now += FLOOR_STEP_INTERVAL;
@@ -95,8 +118,8 @@ static void step_table(void **state) {
 
 static void the_floor_never_passes_a_pending_row_it_was_shown(void **state) {
         /* Whatever the looks say, a step that ends never puts the floor above the lowest
-         * pending id that look reported. */
-        static const int64_t lowest[] = { 0, 1, 7, 99, 100, 101, 5000 };
+         * pending id that look reported, nor above the step's S + 1, and never lowers it. */
+        static const int64_t lowest[] = { NONE, 1, 7, 99, 100, 101, 5000 };
         static const int64_t seq[] = { 0, 1, 50, 100, 4000 };
 
         (void)state;
@@ -104,13 +127,20 @@ static void the_floor_never_passes_a_pending_row_it_was_shown(void **state) {
                 for (size_t b = 0; b < ELEMENTSOF(lowest); b++)
                         for (size_t c = 0; c < ELEMENTSOF(seq); c++) {
                                 struct floor f;
-                                struct floor_look begin = { false, 0, seq[a] },
-                                                  end = { true, lowest[b], seq[c] };
+                                struct look_step begin = { false, NONE, seq[a], 0, FLOOR_BEGAN, 0 },
+                                                 end = { true, lowest[b], seq[c], 0, FLOOR_BEGAN, 0 };
+                                struct floor_look l1 = look_of(&begin), l2 = look_of(&end);
+                                enum floor_change ch;
 
                                 floor_init(&f, 0);
-                                floor_step(&f, &begin, 0);
-                                floor_step(&f, &end, S);
-                                if (lowest[b] > 0)
+                                floor_step(&f, &l1, 0);
+                                ch = floor_step(&f, &l2, S);
+                                if (seq[c] < seq[a]) {
+                                        assert_int_equal(ch, FLOOR_RESET);
+                                        assert_int_equal(f.at, 0);
+                                        continue;
+                                }
+                                if (lowest[b] != NONE)
                                         assert_true(f.at <= lowest[b]);
                                 assert_true(f.at <= seq[a] + 1);
                                 assert_true(f.at >= 1);
@@ -157,7 +187,8 @@ static void guard_table(void **state) {
 
 static void reset_drops_the_step(void **state) {
         struct floor f;
-        struct floor_look begin = { false, 0, 100 }, end = { true, 0, 200 };
+        struct floor_look begin = { .seq_last = 100, .seq_node = 1 },
+                          end = { .ended = true, .seq_last = 200, .seq_node = 1 };
 
         (void)state;
         floor_init(&f, 0);
@@ -174,25 +205,27 @@ static void reset_drops_the_step(void **state) {
 
 struct usable_case {
         const char *name;
-        bool has_sequence;
-        long cache;
-        bool readable;
+        struct floor_sequence seq;
         const char *why; /* a word the reason must hold; NULL: usable */
 };
 
 static const struct usable_case usable_cases[] = {
-        { "identity or bigserial, cache 1, readable", true, 1, true, NULL },
-        { "no sequence (ids written by the application)", false, 0, true, "no sequence" },
-        { "a cache of 20: a session's ids may come after S", true, 20, true, "CACHE" },
-        { "cache 1 but not readable", true, 1, false, "privilege" },
-        { "no sequence wins over the rest", false, 20, false, "no sequence" },
+        { "identity or bigserial: cache 1, from 1 up, readable", { true, 1, 1, 1, false, true }, NULL },
+        { "increment 5 from 1000 is fine too", { true, 1, 5, 1000, false, true }, NULL },
+        { "no sequence (ids written by the application)", { false, 0, 0, 0, false, true }, "no sequence" },
+        { "a cache of 20: a session's ids may come after S", { true, 20, 1, 1, false, true }, "CACHE" },
+        { "counting down", { true, 1, -1, 1, false, true }, "upwards" },
+        { "from below 1", { true, 1, 1, -100, false, true }, "upwards" },
+        { "cycling back to its start", { true, 1, 1, 1, true, true }, "cycling" },
+        { "cache 1 but not readable", { true, 1, 1, 1, false, false }, "privilege" },
+        { "no sequence wins over the rest", { false, 20, -1, -1, true, false }, "no sequence" },
 };
 
 static void usable_table(void **state) {
         (void)state;
         for (size_t i = 0; i < ELEMENTSOF(usable_cases); i++) {
                 const struct usable_case *c = &usable_cases[i];
-                const char *why = floor_unusable(c->has_sequence, c->cache, c->readable);
+                const char *why = floor_unusable(&c->seq);
 
                 print_message("# %s\n", c->name);
                 if (!c->why) {
