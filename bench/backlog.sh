@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# backlog.sh -- Is the drain flat at any backlog? One relay with the defaults drains 1M and then
+# 10M rows in one test bed; the table shows each rate and 10M ÷ 1M (issue 11: >= 0.9).
+#
+#   bench/backlog.sh
+#
+# Starts a private PostgreSQL 15 + Kafka test bed (scripts/testbed.sh) and stops it on exit. Each
+# drain: the outbox is filled as bench/run.sh fills it (200-byte payloads, 3 headers, 10,000
+# keys), then the relay starts, and the rate is rows / seconds from its start until the table is
+# empty; its topic must then hold every row. With BENCH_BASELINE_RELAY=path (another build of the
+# relay, e.g. of an earlier commit), each backlog is drained by both, one after the other, and
+# the table shows both.
+#
+# Environment: BENCH_BACKLOGS ["1000000 10000000"], BENCH_BUILD [build/bench],
+# BENCH_BASELINE_RELAY [none], BENCH_DRAIN_TIMEOUT [900] seconds, BENCH_KEEP=1 keeps the test bed.
+set -euo pipefail
+
+SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BENCH_BUILD:-$SRCDIR/build/bench}
+BACKLOGS=${BENCH_BACKLOGS:-1000000 10000000}
+BASELINE=${BENCH_BASELINE_RELAY:-}
+DRAIN_TIMEOUT=${BENCH_DRAIN_TIMEOUT:-900}
+RESULTS=$SRCDIR/bench/results-backlog.md
+TB=
+PID=
+RUN_START=$EPOCHREALTIME
+
+say() { printf 'backlog [%6.1fs]: %s\n' "$(awk -v a="$RUN_START" -v b="$EPOCHREALTIME" 'BEGIN{print b-a}')" "$*" >&2; }
+die() { echo "backlog: FAILED: $*" >&2; exit 1; }
+calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }
+
+stop_relay() {
+        [ -n "$PID" ] || return 0
+        kill -TERM "$PID" 2>/dev/null || true
+        for _ in $(seq 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$PID" 2>/dev/null || true
+        wait "$PID" 2>/dev/null || true
+        PID=
+}
+cleanup() {
+        local rc=$?
+        trap - EXIT INT TERM
+        stop_relay
+        if [ -n "$TB" ] && [ -d "$TB" ]; then
+                "$SRCDIR/scripts/testbed.sh" stop "$TB" >/dev/null 2>&1 || echo "backlog: stopping the test bed failed" >&2
+                if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then echo "backlog: test bed kept: $TB" >&2; else rm -rf "$TB"; fi
+        fi
+        exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+[ -z "$BASELINE" ] || [ -x "$BASELINE" ] || die "BENCH_BASELINE_RELAY '$BASELINE' is not an executable"
+"$SRCDIR/scripts/install-deps.sh" >&2 || die "scripts/install-deps.sh failed"
+if [ -f "$BUILD/build.ninja" ]; then
+        meson configure "$BUILD" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson configure failed"
+else
+        meson setup "$BUILD" "$SRCDIR" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson setup failed"
+fi
+ninja -C "$BUILD" outbox-relay bench/bench-util >&2 || die "building failed"
+UTIL=$BUILD/bench/bench-util
+
+TB=$(mktemp -d /tmp/outbox-backlog.XXXXXX)
+say "starting the test bed in $TB"
+"$SRCDIR/scripts/testbed.sh" start "$TB" >&2 || die "the test bed did not start"
+# shellcheck disable=SC1091
+. "$TB/env"
+"$UTIL" create-topic --topic backlog-warmup --partitions 1 --warm-idempotence >&2 || die "warm-up failed"
+cat >"$TB/relay.conf" <<CONF
+postgres = { conninfo = "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER"; };
+kafka = { bootstrap_servers = "$KAFKA_BOOTSTRAP"; };
+relay = { poll_interval = "1s"; };
+log = { level = "notice"; };
+CONF
+
+# One drain: relay binary, rows, name -> prints the rate (rows/s).
+drain() {
+        local relay=$1 rows=$2 topic=backlog-$3-$2 t0 t1 got
+        "$UTIL" create-topic --topic "$topic" --partitions 3 >&2 || die "creating topic '$topic' failed"
+        say "$topic: filling $rows rows"
+        timeout 1200 psql -X -q -v ON_ERROR_STOP=1 -v rows="$rows" -v topic="$topic" <<'SQL' >&2 ||
+ALTER TABLE outbox DISABLE TRIGGER USER;
+TRUNCATE outbox;
+INSERT INTO outbox (topic, key, payload, headers)
+SELECT :'topic', 'key-' || (g % 10000),
+       convert_to(rpad('row ' || g || ' ', 200, 'abcdefghijklmnopqrstuvwxyz0123456789'), 'UTF8'),
+       jsonb_build_object('trace-id', md5(g::text), 'source', 'outbox-bench', 'type', 'order.created')
+  FROM generate_series(1, :rows) g;
+ALTER TABLE outbox ENABLE TRIGGER USER;
+VACUUM ANALYZE outbox;
+SQL
+                die "filling the outbox failed"
+        t0=$EPOCHREALTIME
+        "$relay" -c "$TB/relay.conf" 2>>"$TB/relay-$topic.log" &
+        PID=$!
+        "$UTIL" wait-drain --pid "$PID" --timeout "$DRAIN_TIMEOUT" --interval-ms 100 >"$TB/drain-$topic.out" ||
+                die "$topic: the relay did not drain the outbox (log in $TB)"
+        t1=$(awk -F= '$1 == "drained_at_us" { printf "%.6f", $2 / 1e6 }' "$TB/drain-$topic.out")
+        stop_relay
+        got=$("$UTIL" watermarks --topic "$topic")
+        [ "$got" -ge "$rows" ] || die "$topic: $got messages in Kafka, expected at least $rows"
+        say "$topic: $rows rows in $(calc "$t1 - $t0")s; $got messages in Kafka"
+        calc "$rows / ($t1 - $t0)"
+}
+
+declare -A RATE
+for rows in $BACKLOGS; do
+        RATE[relay-$rows]=$(drain "$BUILD/outbox-relay" "$rows" relay)
+        [ -z "$BASELINE" ] || RATE[baseline-$rows]=$(drain "$BASELINE" "$rows" baseline)
+done
+
+first=${BACKLOGS%% *}
+{
+        echo "### Drain at growing backlogs ($(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/backlog.sh\`, one relay, defaults, 10,000 keys)"
+        echo
+        if [ -n "$BASELINE" ]; then
+                echo "| rows | relay rows/s | ÷ at $first | baseline rows/s | ÷ at $first | relay ÷ baseline |"
+                echo "|---|---|---|---|---|---|"
+        else
+                echo "| rows | relay rows/s | ÷ at $first |"
+                echo "|---|---|---|"
+        fi
+        for rows in $BACKLOGS; do
+                r=${RATE[relay-$rows]}
+                if [ -n "$BASELINE" ]; then
+                        b=${RATE[baseline-$rows]}
+                        printf '| %s | %.0f | %.3f | %.0f | %.3f | %.3f |\n' "$rows" "$r" "$(calc "$r / ${RATE[relay-$first]}")" \
+                                "$b" "$(calc "$b / ${RATE[baseline-$first]}")" "$(calc "$r / $b")"
+                else
+                        printf '| %s | %.0f | %.3f |\n' "$rows" "$r" "$(calc "$r / ${RATE[relay-$first]}")"
+                fi
+        done
+        echo
+        echo "Machine: $(nproc) cores, PostgreSQL, Kafka and the relay on it; durability as scripts/testbed.sh sets it."
+} | tee "$RESULTS"
