@@ -21,52 +21,13 @@ BACKLOGS=${BENCH_BACKLOGS:-1000000 10000000}
 BASELINE=${BENCH_BASELINE_RELAY:-}
 DRAIN_TIMEOUT=${BENCH_DRAIN_TIMEOUT:-900}
 RESULTS=$SRCDIR/bench/results-backlog.md
-TB=
-PID=
-RUN_START=$EPOCHREALTIME
-
-say() { printf 'backlog [%6.1fs]: %s\n' "$(awk -v a="$RUN_START" -v b="$EPOCHREALTIME" 'BEGIN{print b-a}')" "$*" >&2; }
-die() { echo "backlog: FAILED: $*" >&2; exit 1; }
-calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }
-
-stop_relay() {
-        [ -n "$PID" ] || return 0
-        kill -TERM "$PID" 2>/dev/null || true
-        for _ in $(seq 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$PID" 2>/dev/null || true
-        wait "$PID" 2>/dev/null || true
-        PID=
-}
-cleanup() {
-        local rc=$?
-        trap - EXIT INT TERM
-        stop_relay
-        if [ -n "$TB" ] && [ -d "$TB" ]; then
-                "$SRCDIR/scripts/testbed.sh" stop "$TB" >/dev/null 2>&1 || echo "backlog: stopping the test bed failed" >&2
-                if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then echo "backlog: test bed kept: $TB" >&2; else rm -rf "$TB"; fi
-        fi
-        exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+NAME=backlog
+# shellcheck source=bench/lib.sh
+. "$SRCDIR/bench/lib.sh"
 
 [ -z "$BASELINE" ] || [ -x "$BASELINE" ] || die "BENCH_BASELINE_RELAY '$BASELINE' is not an executable"
-"$SRCDIR/scripts/install-deps.sh" >&2 || die "scripts/install-deps.sh failed"
-if [ -f "$BUILD/build.ninja" ]; then
-        meson configure "$BUILD" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson configure failed"
-else
-        meson setup "$BUILD" "$SRCDIR" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson setup failed"
-fi
-ninja -C "$BUILD" outbox-relay bench/bench-util >&2 || die "building failed"
-UTIL=$BUILD/bench/bench-util
-
-TB=$(mktemp -d /tmp/outbox-backlog.XXXXXX)
-say "starting the test bed in $TB"
-"$SRCDIR/scripts/testbed.sh" start "$TB" >&2 || die "the test bed did not start"
-# shellcheck disable=SC1091
-. "$TB/env"
-"$UTIL" create-topic --topic backlog-warmup --partitions 1 --warm-idempotence >&2 || die "warm-up failed"
+bench_build
+bench_testbed
 cat >"$TB/relay.conf" <<CONF
 postgres = { conninfo = "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER"; };
 kafka = { bootstrap_servers = "$KAFKA_BOOTSTRAP"; };
@@ -79,25 +40,14 @@ drain() {
         local relay=$1 rows=$2 topic=backlog-$3-$2 t0 t1 got
         "$UTIL" create-topic --topic "$topic" --partitions 3 >&2 || die "creating topic '$topic' failed"
         say "$topic: filling $rows rows"
-        timeout 1200 psql -X -q -v ON_ERROR_STOP=1 -v rows="$rows" -v topic="$topic" <<'SQL' >&2 ||
-ALTER TABLE outbox DISABLE TRIGGER USER;
-TRUNCATE outbox;
-INSERT INTO outbox (topic, key, payload, headers)
-SELECT :'topic', 'key-' || (g % 10000),
-       convert_to(rpad('row ' || g || ' ', 200, 'abcdefghijklmnopqrstuvwxyz0123456789'), 'UTF8'),
-       jsonb_build_object('trace-id', md5(g::text), 'source', 'outbox-bench', 'type', 'order.created')
-  FROM generate_series(1, :rows) g;
-ALTER TABLE outbox ENABLE TRIGGER USER;
-VACUUM ANALYZE outbox;
-SQL
-                die "filling the outbox failed"
+        fill "$rows" 10000 "$topic"
         t0=$EPOCHREALTIME
         "$relay" -c "$TB/relay.conf" 2>>"$TB/relay-$topic.log" &
-        PID=$!
-        "$UTIL" wait-drain --pid "$PID" --timeout "$DRAIN_TIMEOUT" --interval-ms 100 >"$TB/drain-$topic.out" ||
+        PIDS=($!)
+        "$UTIL" wait-drain --pid "${PIDS[0]}" --timeout "$DRAIN_TIMEOUT" --interval-ms 100 >"$TB/drain-$topic.out" ||
                 die "$topic: the relay did not drain the outbox (log in $TB)"
         t1=$(awk -F= '$1 == "drained_at_us" { printf "%.6f", $2 / 1e6 }' "$TB/drain-$topic.out")
-        stop_relay
+        stop_relays
         got=$("$UTIL" watermarks --topic "$topic")
         [ "$got" -ge "$rows" ] || die "$topic: $got messages in Kafka, expected at least $rows"
         say "$topic: $rows rows in $(calc "$t1 - $t0")s; $got messages in Kafka"
@@ -106,7 +56,7 @@ SQL
 
 declare -A RATE
 for rows in $BACKLOGS; do
-        RATE[relay-$rows]=$(drain "$BUILD/outbox-relay" "$rows" relay)
+        RATE[relay-$rows]=$(drain "$RELAY" "$rows" relay)
         [ -z "$BASELINE" ] || RATE[baseline-$rows]=$(drain "$BASELINE" "$rows" baseline)
 done
 

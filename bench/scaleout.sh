@@ -28,79 +28,19 @@ KEYS=${BENCH_KEYS:-50 10000}
 RELAYS=${BENCH_RELAYS:-1 2 3}
 REPEAT=${BENCH_REPEAT:-1}
 RESULTS=$SRCDIR/bench/results-scaleout.md
-TB=
-PIDS=()
-RUN_START=$EPOCHREALTIME
+NAME=scaleout
+# shellcheck source=bench/lib.sh
+. "$SRCDIR/bench/lib.sh"
 
-say() { printf 'scaleout [%6.1fs]: %s\n' "$(awk -v a="$RUN_START" -v b="$EPOCHREALTIME" 'BEGIN{print b-a}')" "$*" >&2; }
-die() { echo "scaleout: FAILED: $*" >&2; exit 1; }
-calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }
-
-stop_relays() {
-        local p
-        for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-        for p in "${PIDS[@]}"; do
-                for _ in $(seq 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-                kill -KILL "$p" 2>/dev/null || true
-                wait "$p" 2>/dev/null || true
-        done
-        PIDS=()
-}
-cleanup() {
-        local rc=$?
-        trap - EXIT INT TERM
-        stop_relays
-        if [ -n "$TB" ] && [ -d "$TB" ]; then
-                "$SRCDIR/scripts/testbed.sh" stop "$TB" >/dev/null 2>&1 || echo "scaleout: stopping the test bed failed" >&2
-                if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then echo "scaleout: test bed kept: $TB" >&2; else rm -rf "$TB"; fi
-        fi
-        exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-q() { psql -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
-
-fill() {
-        local keys=$1 topic=$2
-        timeout 600 psql -X -q -v ON_ERROR_STOP=1 -v rows="$ROWS" -v keys="$keys" -v topic="$topic" <<'SQL' ||
-ALTER TABLE outbox DISABLE TRIGGER USER;
-TRUNCATE outbox;
-INSERT INTO outbox (topic, key, payload, headers)
-SELECT :'topic', 'key-' || (g % :keys),
-       convert_to(rpad('row ' || g || ' ', 200, 'abcdefghijklmnopqrstuvwxyz0123456789'), 'UTF8'),
-       jsonb_build_object('trace-id', md5(g::text), 'source', 'outbox-bench', 'type', 'order.created')
-  FROM generate_series(1, :rows) g;
-ALTER TABLE outbox ENABLE TRIGGER USER;
-VACUUM ANALYZE outbox;
-SQL
-                die "filling the outbox failed"
-}
-
-"$SRCDIR/scripts/install-deps.sh" >&2 || die "scripts/install-deps.sh failed"
-if [ -f "$BUILD/build.ninja" ]; then
-        meson configure "$BUILD" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson configure failed"
-else
-        meson setup "$BUILD" "$SRCDIR" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson setup failed"
-fi
-ninja -C "$BUILD" outbox-relay bench/bench-util >&2 || die "building failed"
-RELAY=$BUILD/outbox-relay
-UTIL=$BUILD/bench/bench-util
-
-TB=$(mktemp -d /tmp/outbox-scaleout.XXXXXX)
-say "starting the test bed in $TB"
-"$SRCDIR/scripts/testbed.sh" start "$TB" >&2 || die "the test bed did not start"
-# shellcheck disable=SC1091
-. "$TB/env"
-"$UTIL" create-topic --topic scaleout-warmup --partitions 1 --warm-idempotence >&2 || die "warm-up failed"
+bench_build
+bench_testbed
 
 # One drain: keys, ordering, relays [, topic prefix] -> prints the rate (rows/s).
 drain() {
         local keys=$1 ordering=$2 n=$3 topic t0 t1 got conf batch_line=""
         topic="${4:-scaleout}-$keys-$ordering-$n"
         "$UTIL" create-topic --topic "$topic" --partitions 3 >&2 || die "creating topic '$topic' failed"
-        fill "$keys" "$topic"
+        fill "$ROWS" "$keys" "$topic"
         [ -n "$BATCH" ] && batch_line="batch_size = $BATCH;"
         conf=$TB/relay-$ordering.conf
         cat >"$conf" <<CONF

@@ -442,6 +442,18 @@ static long long logged_floor(const struct ts_relay *r) {
         return at;
 }
 
+/* Waits up to timeout_ms for the relay's floor to pass `above` (dumping its log if it does not);
+ * returns the last floor logged. */
+static long long wait_floor_above(struct ts_relay *r, long long above, int timeout_ms) {
+        long long at = logged_floor(r);
+
+        for (int64_t t0 = ts_now_ms(); at <= above && ts_now_ms() - t0 < timeout_ms; at = logged_floor(r))
+                usleep(100 * 1000);
+        if (at <= above)
+                ts_relay_dump_log(r);
+        return at;
+}
+
 /* The claims start at the floor, past the finished rows' dead index entries (floor.h). A dead
  * letter lies below it once the rows after it are published; put back with outbox_requeue(),
  * it is published at once (the notification sends the relay below the floor), not after the
@@ -453,7 +465,7 @@ static void requeue_below_the_floor(void **state) {
         const struct ts_relay_opts o = { .relay_group = "poll_interval = \"1s\";", .log_level = "debug" };
         struct ts_relay relay;
         struct ts_msgs m;
-        long long dead, at = -1;
+        long long dead;
         int64_t t0;
 
         (void)state;
@@ -472,13 +484,7 @@ static void requeue_below_the_floor(void **state) {
         assert_int_equal(
                 ts_pg_int(c, "SELECT count(*) FROM outbox WHERE id = %lld AND dead_at IS NOT NULL", dead), 1);
         /* Two looks, a second apart: the floor passes the dead letter. */
-        for (int i = 0; i < 100 && at <= dead; i++) {
-                usleep(100 * 1000);
-                at = logged_floor(&relay);
-        }
-        if (at <= dead)
-                ts_relay_dump_log(&relay);
-        assert_true(at > dead);
+        assert_true(wait_floor_above(&relay, dead, 10000) > dead);
 
         ts_pg_exec(c, "UPDATE outbox SET headers = '{\"n\": \"1\"}' WHERE id = %lld", dead);
         t0 = ts_now_ms();
@@ -552,9 +558,7 @@ static void late_commit_keeps_its_place(void **state) {
         ts_relay_start_opts(&relay, &o);
         /* A floor first (two looks with nothing running), then the transaction. */
         ts_pg_exec(c, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'other-0', 'x')", topic);
-        for (int i = 0; i < 50 && logged_floor(&relay) <= 0; i++)
-                usleep(100 * 1000);
-        assert_true(logged_floor(&relay) > 0);
+        assert_true(wait_floor_above(&relay, 0, 5000) > 0);
         ts_pg_exec(w, "BEGIN");
         ts_pg_exec(w, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'K', 'first')", topic);
         held = ts_pg_int(w, "SELECT max(id) FROM outbox WHERE topic = '%s'", topic);
@@ -603,9 +607,7 @@ static void the_sequence_changes(void **state) {
                    " generate_series(1, 200) g",
                    topic);
         assert_true(ts_wait_drained(c, topics, 20000));
-        for (int i = 0; i < 50 && logged_floor(&relay) <= 0; i++)
-                usleep(100 * 1000);
-        assert_true(logged_floor(&relay) > 0);
+        assert_true(wait_floor_above(&relay, 0, 5000) > 0);
         /* Back to just above the highest id still in the table (no key collides). */
         assert_true(ts_pg_int(c,
                               "SELECT setval(pg_get_serial_sequence('outbox', 'id'),"

@@ -1,0 +1,78 @@
+# lib.sh -- What bench/scaleout.sh and bench/backlog.sh share: messages, the release build, a
+# private test bed removed on exit, the outbox fill, stopping the relays. Sourced, with NAME
+# (the script's name in messages), SRCDIR and BUILD set first.
+# shellcheck shell=bash
+
+RUN_START=$EPOCHREALTIME
+TB=
+PIDS=() # relays started by the script; stop_relays stops them
+
+say() { printf '%s [%6.1fs]: %s\n' "$NAME" "$(awk -v a="$RUN_START" -v b="$EPOCHREALTIME" 'BEGIN{print b-a}')" "$*" >&2; }
+die() { echo "$NAME: FAILED: $*" >&2; exit 1; }
+calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }
+q() { psql -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
+
+# SIGTERM to every relay in PIDS, then up to 30 s each before SIGKILL.
+stop_relays() {
+        local p
+        for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+        for p in "${PIDS[@]}"; do
+                for _ in $(seq 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+                kill -KILL "$p" 2>/dev/null || true
+                wait "$p" 2>/dev/null || true
+        done
+        PIDS=()
+}
+cleanup() {
+        local rc=$?
+        trap - EXIT INT TERM
+        stop_relays
+        if [ -n "$TB" ] && [ -d "$TB" ]; then
+                "$SRCDIR/scripts/testbed.sh" stop "$TB" >/dev/null 2>&1 || echo "$NAME: stopping the test bed failed" >&2
+                if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then echo "$NAME: test bed kept: $TB" >&2; else rm -rf "$TB"; fi
+        fi
+        exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# The release build of the relay and bench-util (installing what they need first).
+bench_build() {
+        "$SRCDIR/scripts/install-deps.sh" >&2 || die "scripts/install-deps.sh failed"
+        if [ -f "$BUILD/build.ninja" ]; then
+                meson configure "$BUILD" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson configure failed"
+        else
+                meson setup "$BUILD" "$SRCDIR" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson setup failed"
+        fi
+        ninja -C "$BUILD" outbox-relay bench/bench-util >&2 || die "building failed"
+        RELAY=$BUILD/outbox-relay
+        UTIL=$BUILD/bench/bench-util
+}
+
+# A private test bed in TB, its environment loaded, the broker's idempotent producer warmed.
+bench_testbed() {
+        TB=$(mktemp -d "/tmp/outbox-$NAME.XXXXXX")
+        say "starting the test bed in $TB"
+        "$SRCDIR/scripts/testbed.sh" start "$TB" >&2 || die "the test bed did not start"
+        # shellcheck disable=SC1091
+        . "$TB/env"
+        "$UTIL" create-topic --topic "$NAME-warmup" --partitions 1 --warm-idempotence >&2 || die "warm-up failed"
+}
+
+# fill ROWS KEYS TOPIC: an empty outbox, then ROWS rows as bench/run.sh writes them (200-byte
+# payloads, 3 headers), keys 'key-0' .. KEYS - 1, without the NOTIFY trigger; VACUUM ANALYZE.
+fill() {
+        timeout 1200 psql -X -q -v ON_ERROR_STOP=1 -v rows="$1" -v keys="$2" -v topic="$3" <<'SQL' >&2 ||
+ALTER TABLE outbox DISABLE TRIGGER USER;
+TRUNCATE outbox;
+INSERT INTO outbox (topic, key, payload, headers)
+SELECT :'topic', 'key-' || (g % :keys),
+       convert_to(rpad('row ' || g || ' ', 200, 'abcdefghijklmnopqrstuvwxyz0123456789'), 'UTF8'),
+       jsonb_build_object('trace-id', md5(g::text), 'source', 'outbox-bench', 'type', 'order.created')
+  FROM generate_series(1, :rows) g;
+ALTER TABLE outbox ENABLE TRIGGER USER;
+VACUUM ANALYZE outbox;
+SQL
+                die "filling the outbox failed"
+}
