@@ -78,6 +78,12 @@ struct relay_config {
         struct {
                 int level; /* syslog priority, default LOG_INFO */
         } log;
+
+        struct {
+                char *listen; /* "ADDRESS:PORT" of /health, /ready, /metrics; "" = off */
+                int connection_limit; /* connections served at once, default 16 */
+                usec_t timeout; /* a connection idle this long is closed, default 10s */
+        } http;
 };
 
 /* Fills `c` with the defaults. Strings are heap copies owned by `c`. */
@@ -99,7 +105,7 @@ void config_free(struct relay_config *c);
  * kafka_guard_probe() (kafka_guard.h) say more. */
 rd_kafka_conf_t *config_kafka_conf(const struct relay_config *c, char *err, size_t errsz);
 
-/* SIGHUP: settings that only take effect after a restart (postgres.*, kafka.*,
+/* SIGHUP: settings that only take effect after a restart (postgres.*, kafka.*, http.*,
  * relay.batch_timeout, relay.ordering) are copied from `running` into `next`, so `next`
  * describes what really runs. Their names, where they differ, go comma-separated into
  * `changed`. Returns how many differed, or -ENOMEM with `next` untouched and `changed` empty

@@ -15,6 +15,8 @@ struct kafka_delivery {
         rd_kafka_msg_status_t status;
         int32_t partition; /* where it went, or RD_KAFKA_PARTITION_UA if it never got one */
         bool reported;
+        usec_t sent_at; /* when produce() took it (monotonic) */
+        usec_t reported_at; /* when its report was served */
 };
 
 /* Topics whose metadata the producer asked for up front (kafka_produce), at most this many. */

@@ -155,8 +155,11 @@ int pg_members(struct pg *pg, int *slots, size_t cap, size_t *n, bool *own_held,
 /* finish = "mark": deletes up to `limit` marked rows older than the retention. Returns the count. */
 int pg_retention(struct pg *pg, int limit, usec_t deadline, char *err, size_t errsz);
 
-/* Age in µs of the oldest pending row (0 when none). */
-int pg_lag(struct pg *pg, usec_t *lag, usec_t deadline, char *err, size_t errsz);
+/* Age in µs of the oldest pending row (0 when none), and the pending rows: exact below
+ * PG_PENDING_EXACT; from there on the span of ids from the oldest pending row to the newest row,
+ * an estimate from above (rows finished out of order inside the span count too). */
+#define PG_PENDING_EXACT 10000
+int pg_lag(struct pg *pg, usec_t *lag, int64_t *pending, usec_t deadline, char *err, size_t errsz);
 
 /* The claim floor's look (floor.h): `running` is the open step's list of transactions (NULL:
  * no step open), as the last look returned it. Fills l (l->running malloc'd: the transactions
@@ -175,3 +178,6 @@ int pg_floor_look(struct pg *pg, int64_t at, const char *running, struct pg_floo
 
 /* Whether a pending row lies below `at` (the floor's guard). */
 int pg_floor_below(struct pg *pg, int64_t at, bool *found, usec_t deadline, char *err, size_t errsz);
+
+/* The libpq the relay runs with, "MAJOR.MINOR" (PQlibVersion()). A static buffer. */
+const char *pg_lib_version(void);

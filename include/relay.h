@@ -8,10 +8,13 @@
 #include "breaker.h"
 #include "config.h"
 #include "floor.h"
+#include "http.h"
 #include "kafka.h"
+#include "metrics.h"
 #include "notify.h"
 #include "pause.h"
 #include "pg.h"
+#include "probe.h"
 #include "share.h"
 #include "signals.h"
 
@@ -19,14 +22,6 @@ enum relay_state {
         RELAY_CONNECTING, /* no database connection; reconnecting with backoff */
         RELAY_IDLE, /* waiting for NOTIFY or the poll interval */
         RELAY_BACKOFF, /* the last batch failed transiently; waiting before the next */
-};
-
-struct relay_stats {
-        uint64_t published;
-        uint64_t dead_lettered;
-        uint64_t failed; /* row deliveries that failed and will be retried */
-        uint64_t batches;
-        uint64_t overtaken; /* rows dead-lettered because a later row of their (topic, key) was in Kafka */
 };
 
 struct relay {
@@ -78,8 +73,12 @@ struct relay {
         bool floor_said; /* why there is no floor was logged */
         bool floor_requeued; /* the guard is due because rows were put back with outbox_requeue */
 
-        struct relay_stats stats;
-        struct relay_stats last_summary;
+        /* The figures (metrics.h): the loop writes them, STATUS=, the summary and /metrics read
+         * them. The loop is their only writer, so it reads metrics.d without the lock. */
+        struct metrics metrics;
+        struct metrics_totals last_summary;
+        struct http_server http;
+        struct probe_source probe; /* what the HTTP thread reads */
 };
 
 /* Prepares the context and takes ownership of the heap-allocated cfg (also on failure);

@@ -17,6 +17,7 @@
 
 #include "cfgutil.h"
 #include "conninfo.h"
+#include "http.h"
 #include "kafka_guard.h"
 #include "log.h" /* log_level_from_string() only: this module fills err buffers, it never logs */
 
@@ -32,6 +33,7 @@ enum key_kind {
         KEY_FINISH, /* "delete" | "mark" */
         KEY_ORDERING, /* "key" | "single" | "none" */
         KEY_LOGLEVEL, /* "error" | "warning" | "notice" | "info" | "debug" */
+        KEY_LISTEN, /* "ADDRESS:PORT", numeric, or "" (off) */
 };
 
 struct key {
@@ -93,9 +95,17 @@ static const struct key keys[] = {
         { "retry", "cap", KEY_DURATION, OFF(retry.cap), MSEC(1), DAY(1), .def = SEC(30) },
 
         { "log", "level", KEY_LOGLEVEL, OFF(log.level), .def = LOG_INFO },
+
+        /* 7460: outside 9100-9999, the range of the Prometheus exporters' port allocations (all
+         * of it taken), and no service in Debian's /etc/services. */
+        { "http", "listen", KEY_LISTEN, OFF(http.listen), .def_str = "127.0.0.1:7460", .restart = true },
+        { "http", "connection_limit", KEY_INT, OFF(http.connection_limit), 1, 1024, .def = 16,
+          .restart = true },
+        { "http", "timeout", KEY_DURATION, OFF(http.timeout), SEC(1), MIN(10), .def = SEC(10),
+          .restart = true },
 };
 
-static const char *const groups[] = { "postgres", "kafka", "relay", "breaker", "retry", "log" };
+static const char *const groups[] = { "postgres", "kafka", "relay", "breaker", "retry", "log", "http" };
 
 static void *field(struct relay_config *c, const struct key *k) {
         return (char *)c + k->offset;
@@ -410,6 +420,7 @@ void config_free(struct relay_config *c) {
         free(c->postgres.conninfo);
         free(c->postgres.table);
         free(c->postgres.channel);
+        free(c->http.listen);
         for (size_t i = 0; i < c->kafka.n_props; i++) {
                 free(c->kafka.props[i].name);
                 free(c->kafka.props[i].setting);
@@ -446,6 +457,7 @@ int config_defaults(struct relay_config *c) {
                 case KEY_CONNINFO:
                 case KEY_TABLE:
                 case KEY_CHANNEL:
+                case KEY_LISTEN:
                         *(char **)f = strdup(k->def_str);
                         if (!*(char **)f) {
                                 config_free(c);
@@ -565,7 +577,8 @@ static int parse_key(struct loader *l, const config_setting_t *s, const struct k
 
         case KEY_CONNINFO:
         case KEY_TABLE:
-        case KEY_CHANNEL: {
+        case KEY_CHANNEL:
+        case KEY_LISTEN: {
                 char *copy;
 
                 r = need_string(l, s, &v);
@@ -581,7 +594,15 @@ static int parse_key(struct loader *l, const config_setting_t *s, const struct k
                                              "and '_', not starting with a digit, at most 63 "
                                              "characters (got %s)",
                                              cfgutil_quote(v, q, sizeof(q)));
-                else if (k->kind == KEY_CHANNEL && !valid_identifier(v, strlen(v)))
+                else if (k->kind == KEY_LISTEN && v[0]) {
+                        struct sockaddr_storage sa;
+                        socklen_t len;
+                        char why[160];
+
+                        if (http_parse_listen(v, &sa, &len, why, sizeof(why)) < 0)
+                                return setting_error(l, s, "%s (got %s)", why,
+                                                     cfgutil_quote(v, q, sizeof(q)));
+                } else if (k->kind == KEY_CHANNEL && !valid_identifier(v, strlen(v)))
                         return setting_error(l, s,
                                              "must be a name of letters, digits and '_', not "
                                              "starting with a digit, at most 63 characters (got %s)",
@@ -850,7 +871,7 @@ int config_load(const char *path, struct relay_config *c, char *err, size_t errs
                 if (!known) {
                         r = setting_error(&l, g,
                                           "unknown setting (groups: postgres, kafka, relay, breaker, "
-                                          "retry, log)");
+                                          "retry, log, http)");
                         goto out;
                 }
                 if (!config_setting_is_group(g)) {
@@ -979,7 +1000,8 @@ int config_keep_restart_only_with(const struct relay_config *running, struct rel
                 const char *from;
 
                 if (!k->restart ||
-                    (k->kind != KEY_CONNINFO && k->kind != KEY_TABLE && k->kind != KEY_CHANNEL))
+                    (k->kind != KEY_CONNINFO && k->kind != KEY_TABLE && k->kind != KEY_CHANNEL &&
+                     k->kind != KEY_LISTEN))
                         continue;
                 from = *(char *const *)((const char *)running + k->offset);
                 if (strcmp(from, *(char **)field(next, k)) != 0 && !(copies[i] = dup(from)))
@@ -1001,6 +1023,7 @@ int config_keep_restart_only_with(const struct relay_config *running, struct rel
                 case KEY_CONNINFO:
                 case KEY_TABLE:
                 case KEY_CHANNEL:
+                case KEY_LISTEN:
                         differs = copies[i] != NULL;
                         if (differs) {
                                 free(*(char **)to);
@@ -1010,6 +1033,10 @@ int config_keep_restart_only_with(const struct relay_config *running, struct rel
                 case KEY_DURATION:
                         differs = *(const usec_t *)from != *(usec_t *)to;
                         *(usec_t *)to = *(const usec_t *)from;
+                        break;
+                case KEY_INT:
+                        differs = *(const int *)from != *(int *)to;
+                        *(int *)to = *(const int *)from;
                         break;
                 case KEY_ORDERING:
                         differs = *(const enum ordering_mode *)from != *(enum ordering_mode *)to;

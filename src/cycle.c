@@ -267,16 +267,54 @@ static int finish(struct relay *r, struct cycle *c, char *err, size_t errsz) {
         return pg_finish(&r->pg, done, n_done, fails, n_fails, deadline, err, errsz);
 }
 
-/* What the committed batch changed: totals, dead letters (one journal event each, they are
- * rare), order kept by dead-lettering, the outcome line. */
+/* The batch's figures for metrics.h: totals, the published rows by topic (one call per run of
+ * rows of one topic), and per message the delivery time and the time from created_at. */
+static void record(struct relay *r, const struct cycle *c, usec_t claim, usec_t finish, usec_t total) {
+        const struct batch *b = &c->b;
+        struct metrics_batch mb = { .add = { .published = b->delivered,
+                                             .failed = b->failed,
+                                             .overtaken = b->overtaken,
+                                             .batches = 1 },
+                                    .claim = claim,
+                                    .finish = finish,
+                                    .total = total };
+        /* Reports carry the monotonic clock; created_at is wall time. */
+        double wall_minus_mono = ((double)wall_usec() - (double)now_usec()) / USEC_PER_SEC;
+        const char *topic = NULL;
+        uint64_t run = 0;
+
+        for (size_t i = 0; i < b->n; i++) {
+                const struct batch_row *row = &b->rows[i];
+                const struct kafka_delivery *d = &c->slots[i];
+
+                mb.add.dead_lettered += row->dead;
+                mb.add.held += row->state == ROW_HELD;
+                if (row->action != ACT_FINISH)
+                        continue;
+                if (d->reported && d->reported_at >= d->sent_at) {
+                        histogram_observe(&mb.delivery, (double)(d->reported_at - d->sent_at) / USEC_PER_SEC);
+                        histogram_observe(&mb.end_to_end,
+                                          (double)d->reported_at / USEC_PER_SEC + wall_minus_mono -
+                                                  (double)c->claimed.rows[i].timestamp_ms / 1000);
+                }
+                if (topic && strcmp(topic, row->topic) != 0) {
+                        metrics_published(&r->metrics, topic, run);
+                        run = 0;
+                }
+                topic = row->topic;
+                run++;
+        }
+        if (topic)
+                metrics_published(&r->metrics, topic, run);
+        metrics_add_batch(&r->metrics, &mb);
+}
+
+/* What the committed batch changed: dead letters (one journal event each, they are rare), order
+ * kept by dead-lettering, the outcome line. */
 static void account(struct relay *r, const struct batch *b) {
         r->last_keys = 0;
         for (size_t i = 0; i < b->n; i++)
                 r->last_keys += b->rows[i].key && b->rows[i].prev < 0;
-        r->stats.batches++;
-        r->stats.published += b->delivered;
-        r->stats.failed += b->failed;
-        r->stats.overtaken += b->overtaken;
         for (size_t i = 0; i < b->n; i++) {
                 const struct batch_row *row = &b->rows[i];
                 char id[48], reason[400];
@@ -286,7 +324,6 @@ static void account(struct relay *r, const struct batch *b) {
                         continue;
                 snprintf(id, sizeof(id), "OUTBOX_ROW_ID=%" PRId64, row->id);
                 snprintf(reason, sizeof(reason), "OUTBOX_REASON=%s", row->reason);
-                r->stats.dead_lettered++;
                 log_event(LOG_WARNING, LOG_EV_DEAD_LETTER, fields, "row %" PRId64 " dead-lettered: %s",
                           row->id, row->reason);
         }
@@ -311,6 +348,7 @@ int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdi
         struct batch_rules rules = { .max_attempts = r->cfg->relay.max_attempts, .probe = probe };
         int limit = probe && r->cfg->relay.batch_size > PROBE_ROWS ? PROBE_ROWS : r->cfg->relay.batch_size;
         char err[512];
+        usec_t claimed_at, finish_at;
         ssize_t j;
         int ret;
 
@@ -331,6 +369,7 @@ int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdi
         }
         if (c.claimed.n == 0)
                 return 0;
+        claimed_at = now_usec();
         ret = batch_init(&c.b, c.claimed.n);
         c.slots = calloc(c.claimed.n, sizeof(*c.slots));
         if (ret < 0 || !c.slots || expand_headers(&c) < 0) {
@@ -379,6 +418,7 @@ int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdi
                 ret = -ENOTRECOVERABLE;
                 goto rollback;
         }
+        finish_at = now_usec();
         ret = finish(r, &c, err, sizeof(err));
         if (ret < 0) {
                 /* Nothing was changed: every row stays pending and is published again (the
@@ -388,6 +428,7 @@ int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdi
                 goto rollback;
         }
         apply_pauses(r, &c.b, now_usec());
+        record(r, &c, claimed_at - now, now_usec() - finish_at, now_usec() - now);
         account(r, &c.b);
         ret = (int)c.b.n;
         cycle_free(&c);

@@ -18,6 +18,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
                 d->status = rd_kafka_message_status(m);
                 d->partition = m->partition;
                 d->reported = true;
+                d->reported_at = now_usec();
         }
         if (k->pending)
                 k->pending--;
@@ -103,6 +104,7 @@ rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void
 
         memset(d, 0, sizeof(*d));
         d->partition = RD_KAFKA_PARTITION_UA;
+        d->sent_at = now_usec();
         know_topic(k, topic);
         e = rd_kafka_producev(k->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
                               RD_KAFKA_V_VALUE((void *)payload, payload_len),

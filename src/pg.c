@@ -130,9 +130,15 @@ static const char retention_fmt[] =
 /* The lock key: a constant class id for "outbox-relay" and the table's oid. */
 static const char leader_fmt[] = "SELECT pg_try_advisory_lock(hashtext('outbox-relay'),"
                                  " (('%s'::regclass)::oid::int8 & 2147483647)::int4)";
-static const char lag_fmt[] =
-        "SELECT coalesce(floor(extract(epoch FROM now() - min(created_at)) * 1000000), 0)::int8"
-        " FROM (SELECT created_at FROM %s WHERE published_at IS NULL AND dead_at IS NULL"
+/* The lag (age of the oldest pending row), the pending rows counted up to PG_PENDING_EXACT, and
+ * the span of ids from the oldest pending row to the newest row: a bounded look (at most that
+ * many index entries and two descents) however long the backlog. */
+static const char lag_tmpl[] =
+        "SELECT coalesce(floor(extract(epoch FROM now() - min(s.created_at)) * 1000000), 0)::int8,"
+        " (SELECT count(*) FROM (SELECT 1 FROM {table} WHERE published_at IS NULL AND dead_at IS NULL"
+        "   AND id >= $1::int8 LIMIT 10000) c)::int8,"
+        " coalesce((SELECT max(id) FROM {table}) - min(s.id) + 1, 0)::int8"
+        " FROM (SELECT created_at, id FROM {table} WHERE published_at IS NULL AND dead_at IS NULL"
         " AND id >= $1::int8 ORDER BY id LIMIT 1) s";
 /* The claim floor (floor.h), one step, in this order: the transactions of the open step ended
  * ($1, virtual ids); the lowest pending id from the floor ($1) on; the id sequence's last value
@@ -386,7 +392,7 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
         pg->sql_mark = sql_printf(mark_fmt, table, NULL);
         pg->sql_fail = sql_printf(fail_fmt, table, NULL);
         pg->sql_retention = sql_printf(retention_fmt, table, table);
-        pg->sql_lag = sql_printf(lag_fmt, table, NULL);
+        pg->sql_lag = sql_expand(lag_tmpl, table, "");
         pg->sql_floor_lowest = sql_printf(floor_lowest_fmt, table, NULL);
         pg->sql_floor_below = sql_printf(floor_below_fmt, table, NULL);
         pg->sql_listen = sql_printf("LISTEN %s", channel, NULL);
@@ -1406,7 +1412,7 @@ int pg_try_leader(struct pg *pg, bool *leader, usec_t deadline, char *err, size_
         return 0;
 }
 
-int pg_lag(struct pg *pg, usec_t *lag, usec_t deadline, char *err, size_t errsz) {
+int pg_lag(struct pg *pg, usec_t *lag, int64_t *pending, usec_t deadline, char *err, size_t errsz) {
         char floor[24];
         const char *params[1] = { floor };
         PGresult *res;
@@ -1418,7 +1424,16 @@ int pg_lag(struct pg *pg, usec_t *lag, usec_t deadline, char *err, size_t errsz)
         r = exec_one(pg, pg->sql_lag, 1, params, 1, deadline, &res, err, errsz, "lag");
         if (r < 0)
                 return r;
-        *lag = PQntuples(res) == 1 && PQgetlength(res, 0, 0) == 8 ? (usec_t)be64(PQgetvalue(res, 0, 0)) : 0;
+        *lag = 0;
+        *pending = 0;
+        if (PQntuples(res) == 1 && PQnfields(res) == 3 && PQgetlength(res, 0, 0) == 8 &&
+            PQgetlength(res, 0, 1) == 8 && PQgetlength(res, 0, 2) == 8) {
+                int64_t counted = (int64_t)be64(PQgetvalue(res, 0, 1)),
+                        span = (int64_t)be64(PQgetvalue(res, 0, 2));
+
+                *lag = (usec_t)be64(PQgetvalue(res, 0, 0));
+                *pending = counted < PG_PENDING_EXACT || span < counted ? counted : span;
+        }
         PQclear(res);
         return 0;
 }
@@ -1484,4 +1499,13 @@ int pg_floor_below(struct pg *pg, int64_t at, bool *found, usec_t deadline, char
         *found = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
         PQclear(res);
         return 0;
+}
+
+const char *pg_lib_version(void) {
+        static char v[24];
+        int n = PQlibVersion();
+
+        if (!v[0])
+                snprintf(v, sizeof(v), "%d.%d", n / 10000, n % 10000);
+        return v;
 }

@@ -64,6 +64,18 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
         pause_set_init(&r->probe_keys, cfg->breaker.cooldown_max, cfg->breaker.cooldown_max);
         share_init(&r->share);
         floor_init(&r->floor, now_usec());
+        ret = metrics_init(&r->metrics, wall_usec());
+        if (ret < 0) {
+                breaker_done(&r->breaker);
+                pg_done(&r->pg);
+                free_config(cfg);
+                r->cfg = NULL;
+                return ret;
+        }
+        r->metrics.d.ordering = cfg->relay.ordering == ORDERING_KEY ? "key"
+                : cfg->relay.ordering == ORDERING_SINGLE            ? "single"
+                                                                    : "none";
+        metrics_turn(&r->metrics, now_usec());
         r->probe_keys.max = 1000;
         r->state = RELAY_CONNECTING;
         return 0;
@@ -81,6 +93,9 @@ void relay_done(struct relay *r) {
         pause_set_done(&r->probe_keys);
         free(r->floor_running);
         r->floor_running = NULL;
+        /* Last: /health answers 200 until the drain is over. */
+        http_stop(&r->http);
+        metrics_done(&r->metrics);
         free_config(r->cfg);
         r->cfg = NULL;
 }
@@ -148,35 +163,79 @@ usec_t relay_deadline(const struct relay *r, usec_t deadline) {
 }
 
 void relay_serve(struct relay *r) {
-        notify_watchdog(&r->notifier, now_usec());
+        usec_t now = now_usec();
+
+        notify_watchdog(&r->notifier, now);
+        metrics_turn(&r->metrics, now);
         if (r->sig->stop)
                 relay_stopping(r);
 }
 
+struct lag_look {
+        bool known;
+        usec_t lag;
+        int64_t pending;
+};
+
+static void set_lag(struct metrics_data *d, void *arg) {
+        const struct lag_look *l = arg;
+
+        d->lag_known = l->known;
+        d->oldest_pending_age = (double)l->lag / USEC_PER_SEC;
+        d->pending_rows = l->pending;
+}
+
+/* The gauges /metrics and /ready read, as the loop sees them now. */
+static void set_gauges(struct metrics_data *d, void *arg) {
+        const struct relay *r = arg;
+
+        d->db_connected = pg_connected(&r->pg) && r->state != RELAY_CONNECTING;
+        d->producer_ok = r->kafka.rk && !r->kafka.fatal;
+        d->breaker_state = r->breaker.state == BREAKER_OPEN ? 2
+                : r->breaker.state == BREAKER_HALF_OPEN     ? 1
+                                                            : 0;
+        d->paused_topics = r->paused_topics.n;
+        d->paused_keys = r->paused_keys.n;
+        d->relays = r->cfg->relay.ordering == ORDERING_KEY ? r->share.relays : 1;
+        d->first_bucket = r->cfg->relay.ordering == ORDERING_KEY ? share_claim(&r->share, 1).first : 0;
+        d->leader = r->cfg->relay.ordering != ORDERING_SINGLE || r->leader;
+        d->last_batch_keys = r->last_keys;
+}
+
+static void publish_gauges(struct relay *r) {
+        metrics_update(&r->metrics, set_gauges, r);
+}
+
 /* STATUS= every few seconds: totals, rate, lag (age of the oldest pending row), breaker and
- * database state. */
+ * database state. The figures are those of /metrics (metrics.h), read at the same moment. */
 static void relay_status(struct relay *r, usec_t now) {
         char status[448], lagbuf[48] = "lag ?", err[256], sharing[128] = "";
         const char *db = pg_connected(&r->pg) ? "database ok" : "database unavailable";
+        const struct metrics_totals *t = &r->metrics.d.totals;
+        struct lag_look look = { 0 };
         double rate = 0;
-        usec_t lag;
 
         if (now < r->next_status)
                 return;
         if (r->status_at && now > r->status_at)
-                rate = (double)(r->stats.published - r->status_published) * USEC_PER_SEC /
+                rate = (double)(t->published - r->status_published) * USEC_PER_SEC /
                         (double)(now - r->status_at);
         r->status_at = now;
-        r->status_published = r->stats.published;
+        r->status_published = t->published;
         r->next_status = now + 2 * USEC_PER_SEC;
         if (pg_connected(&r->pg) && !r->pg.in_tx &&
-            pg_lag(&r->pg, &lag, now + r->cfg->postgres.statement_timeout, err, sizeof(err)) == 0)
-                snprintf(lagbuf, sizeof(lagbuf), "lag %.2fs", (double)lag / USEC_PER_SEC);
+            pg_lag(&r->pg, &look.lag, &look.pending, now + r->cfg->postgres.statement_timeout, err,
+                   sizeof(err)) == 0) {
+                look.known = true;
+                snprintf(lagbuf, sizeof(lagbuf), "lag %.2fs", (double)look.lag / USEC_PER_SEC);
+        }
+        metrics_update(&r->metrics, set_lag, &look);
+        publish_gauges(r);
 
         if (pg_connected(&r->pg) && r->cfg->relay.ordering == ORDERING_SINGLE && !r->leader) {
                 snprintf(status, sizeof(status),
                          "standby (another relay publishes), published %" PRIu64 ", %s, database ok",
-                         r->stats.published, lagbuf);
+                         t->published, lagbuf);
                 notify_status(&r->notifier, status);
                 return;
         }
@@ -184,8 +243,8 @@ static void relay_status(struct relay *r, usec_t now) {
                 snprintf(sharing, sizeof(sharing), ", %u relay(s) on the table, %zu keys in the last batch",
                          r->share.relays, r->last_keys);
         snprintf(status, sizeof(status),
-                 "published %" PRIu64 " (%.0f/s), %s, dead-lettered %" PRIu64 ", %s, %s%s",
-                 r->stats.published, rate, lagbuf, r->stats.dead_lettered, db,
+                 "published %" PRIu64 " (%.0f/s), %s, dead-lettered %" PRIu64 ", %s, %s%s", t->published,
+                 rate, lagbuf, t->dead_lettered, db,
                  r->breaker.state == BREAKER_OPEN                ? "kafka unavailable (breaker open)"
                          : r->breaker.state == BREAKER_HALF_OPEN ? "kafka probing (breaker half-open)"
                          : r->state == RELAY_BACKOFF             ? "kafka failing, retrying"
@@ -193,15 +252,14 @@ static void relay_status(struct relay *r, usec_t now) {
                  sharing);
         notify_status(&r->notifier, status);
         if (now >= r->next_summary) {
-                if (r->stats.published != r->last_summary.published ||
-                    r->stats.dead_lettered != r->last_summary.dead_lettered ||
-                    r->stats.failed != r->last_summary.failed)
+                if (t->published != r->last_summary.published ||
+                    t->dead_lettered != r->last_summary.dead_lettered || t->failed != r->last_summary.failed)
                         log_event(LOG_INFO, LOG_EV_SUMMARY, NULL,
                                   "summary: published %" PRIu64 " (+%" PRIu64 "), dead-lettered %" PRIu64
                                   ", failed deliveries %" PRIu64 ", batches %" PRIu64 "%s",
-                                  r->stats.published, r->stats.published - r->last_summary.published,
-                                  r->stats.dead_lettered, r->stats.failed, r->stats.batches, sharing);
-                r->last_summary = r->stats;
+                                  t->published, t->published - r->last_summary.published, t->dead_lettered,
+                                  t->failed, t->batches, sharing);
+                r->last_summary = *t;
                 r->next_summary = now + r->cfg->relay.status_interval;
         }
 }
@@ -211,8 +269,11 @@ static bool breaker_gate(struct relay *r, usec_t now) {
         enum breaker_event ev;
         bool allowed = breaker_allow(&r->breaker, now, &ev);
 
-        if (ev == BREAKER_PROBING)
+        if (ev == BREAKER_PROBING) {
+                metrics_transition(&r->metrics, METRICS_TO_HALF_OPEN);
+                publish_gauges(r);
                 log_notice("circuit breaker half-open: probing Kafka with a few rows");
+        }
         return allowed;
 }
 
@@ -228,17 +289,20 @@ static void breaker_outcome(struct relay *r, int ret, enum batch_verdict verdict
         ev = breaker_record(&r->breaker, verdict == VERDICT_FAILURE, now, &r->rng);
         switch (ev) {
         case BREAKER_OPENED:
+                metrics_transition(&r->metrics, METRICS_TO_OPEN);
                 log_event(LOG_WARNING, LOG_EV_BREAKER_OPEN, NULL,
                           "circuit breaker opened: Kafka deliveries keep failing; claiming nothing "
                           "until a probe in %.1fs",
                           (double)(r->breaker.open_until - now) / USEC_PER_SEC);
                 break;
         case BREAKER_REOPENED:
+                metrics_transition(&r->metrics, METRICS_TO_REOPEN);
                 log_event(LOG_WARNING, LOG_EV_BREAKER_OPEN, NULL,
                           "circuit breaker probe failed: open again, next probe in %.1fs",
                           (double)(r->breaker.open_until - now) / USEC_PER_SEC);
                 break;
         case BREAKER_CLOSED_AGAIN:
+                metrics_transition(&r->metrics, METRICS_TO_CLOSED);
                 pause_set_clear(&r->probe_keys);
                 log_event(LOG_NOTICE, LOG_EV_BREAKER_CLOSED, NULL,
                           "circuit breaker closed: Kafka deliveries succeed again");
@@ -246,6 +310,7 @@ static void breaker_outcome(struct relay *r, int ret, enum batch_verdict verdict
         default:
                 return;
         }
+        publish_gauges(r);
         r->next_status = 0; /* show the change at once */
 }
 
@@ -287,6 +352,8 @@ static void try_connect(struct relay *r, usec_t now) {
                                                       5 * USEC_PER_SEC);
                 return;
         }
+        if (r->ready_sent)
+                metrics_reconnected(&r->metrics);
         if (r->ready_sent)
                 log_event(LOG_NOTICE, LOG_EV_DB_BACK, NULL,
                           "connected to PostgreSQL again after %u failed attempts", r->db_backoff.attempt);
@@ -506,6 +573,37 @@ static void wait_for_work(struct relay *r, usec_t timeout) {
         }
 }
 
+/* /health must say "stuck" no sooner than systemd's watchdog would act: its WATCHDOG_USEC, or
+ * the units' WatchdogSec (30 s) without one. */
+#define ALIVE_WITHOUT_WATCHDOG (30 * USEC_PER_SEC)
+
+static int start_http(struct relay *r) {
+        char err[512];
+        int ret;
+
+        if (!r->cfg->http.listen[0]) {
+                log_info("HTTP is off (http.listen = \"\")");
+                return 0;
+        }
+        r->probe = (struct probe_source){
+                .metrics = &r->metrics,
+                .stop = &r->sig->stop,
+                .alive_within = r->notifier.watchdog_interval ? 2 * r->notifier.watchdog_interval
+                                                              : ALIVE_WITHOUT_WATCHDOG,
+                .build = { VERSION, rd_kafka_version_str(), pg_lib_version() },
+        };
+        publish_gauges(r);
+        ret = http_start(&r->http, r->cfg->http.listen, (unsigned)r->cfg->http.connection_limit,
+                         (unsigned)((r->cfg->http.timeout + USEC_PER_SEC - 1) / USEC_PER_SEC), probe_answer,
+                         &r->probe, err, sizeof(err));
+        if (ret < 0) {
+                log_error("cannot serve HTTP (http.listen): %s", err);
+                return ret;
+        }
+        log_info("serving HTTP on %s: /health, /ready, /metrics", r->http.bound);
+        return 0;
+}
+
 int relay_run(struct relay *r) {
         char err[512];
         rd_kafka_conf_t *kconf;
@@ -522,11 +620,15 @@ int relay_run(struct relay *r) {
                 log_error("cannot create the Kafka producer: %s", err);
                 return ret;
         }
+        ret = start_http(r);
+        if (ret < 0)
+                return ret;
 
         while (!r->sig->stop) {
                 usec_t now = now_usec(), wait;
 
                 notify_watchdog(&r->notifier, now);
+                metrics_turn(&r->metrics, now);
                 if (r->sig->reload) {
                         r->sig->reload = 0;
                         relay_reload(r);
@@ -537,6 +639,7 @@ int relay_run(struct relay *r) {
                                   r->kafka.fatal_reason);
                         return -ENOTRECOVERABLE;
                 }
+                publish_gauges(r);
                 if (r->kafka.last_error_new) {
                         r->kafka.last_error_new = false;
                         log_event(r->kafka.last_error_level, LOG_EV_KAFKA_ERROR, NULL, "kafka: %s",
@@ -665,7 +768,7 @@ int relay_run(struct relay *r) {
         relay_stopping(r);
         if (r->sig->hard_stop)
                 return -ECANCELED;
-        log_info("drained: published %" PRIu64 ", dead-lettered %" PRIu64, r->stats.published,
-                 r->stats.dead_lettered);
+        log_info("drained: published %" PRIu64 ", dead-lettered %" PRIu64, r->metrics.d.totals.published,
+                 r->metrics.d.totals.dead_lettered);
         return 0;
 }

@@ -473,7 +473,7 @@ static void test_include(void **state) {
 static void test_unknown_settings(void **state) {
         (void)state;
         expect_error(KAFKA_OK "\nfoo = { a = 1; };\n", 3,
-                     "foo: unknown setting (groups: postgres, kafka, relay, breaker, retry, log)");
+                     "foo: unknown setting (groups: postgres, kafka, relay, breaker, retry, log, http)");
         expect_error("batch_size = 5;\n" KAFKA_OK, 1, "batch_size: unknown setting");
         expect_error("relay = {\n  batch_size = 5;\n  batch_sise = 5;\n};\n" KAFKA_OK, 3,
                      "relay.batch_sise: unknown setting");
