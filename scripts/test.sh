@@ -72,6 +72,9 @@ scripts/install-deps.sh || fatal "installing dependencies failed"
 step "format (.clang-format, STYLE §12)"
 counted "format check" scripts/format.sh --check
 
+step "the sample Prometheus configuration and alert rules (examples/prometheus) pass promtool"
+counted "promtool check" bash -c 'cd examples/prometheus && promtool check config prometheus.yml'
+
 step "self-test of the tally: a crash and a hang must count as failures"
 counted "tally self-test" tests/selftest/run.sh "$selftest"
 

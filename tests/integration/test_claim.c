@@ -410,6 +410,7 @@ static void errors_are_explained(void **state) {
         char err[512];
         bool leader;
         usec_t lag;
+        int64_t pending;
         int pid;
 
         (void)state;
@@ -434,7 +435,7 @@ static void errors_are_explained(void **state) {
         assert_true(pg_finish(&pg, NULL, 0, NULL, 0, now_usec() + USEC_PER_SEC, err, sizeof(err)) < 0);
         assert_err(err, "finish");
         scribble(err, sizeof(err));
-        assert_true(pg_lag(&pg, &lag, now_usec() + USEC_PER_SEC, err, sizeof(err)) < 0);
+        assert_true(pg_lag(&pg, &lag, &pending, now_usec() + USEC_PER_SEC, err, sizeof(err)) < 0);
         assert_err(err, "lag");
         scribble(err, sizeof(err));
         assert_true(pg_retention(&pg, 10, now_usec() + USEC_PER_SEC, err, sizeof(err)) < 0);

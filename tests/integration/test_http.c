@@ -86,7 +86,8 @@ static void wait_metric(const char *addr, const char *series, double want, int t
 static void insert_rows(PGconn *c, const char *topic, int from, int n) {
         ts_pg_exec(c,
                    "INSERT INTO outbox (topic, key, payload, headers) SELECT '%s', 'k' || (g %% 7), "
-                   "convert_to('event ' || g, 'UTF8'), jsonb_build_object('n', g::text) FROM generate_series(%d, %d) g",
+                   "convert_to('event ' || g, 'UTF8'), jsonb_build_object('n', g::text) FROM "
+                   "generate_series(%d, %d) g",
                    topic, from, from + n - 1);
 }
 
@@ -99,8 +100,9 @@ static void probes_follow_the_relay(void **state) {
         struct ts_relay a, b;
         struct ts_relay_opts oa = { .relay_group = "poll_interval = \"1s\"; status_interval = \"1s\";",
                                     .kafka_extra = "message_timeout_ms = 2000;",
-                                    .extra_groups = "breaker = { failure_threshold = 1; cooldown = \"3s\"; };\n"
-                                                    "retry = { base = \"100ms\"; cap = \"1s\"; };\n" };
+                                    .extra_groups =
+                                            "breaker = { failure_threshold = 1; cooldown = \"3s\"; };\n"
+                                            "retry = { base = \"100ms\"; cap = \"1s\"; };\n" };
         struct ts_relay_opts ob = { .relay_group = "poll_interval = \"1s\"; drain_timeout = \"4s\";",
                                     .kafka_extra = "message_timeout_ms = 30000;" };
         char series[300], *m, *body = NULL;
@@ -315,7 +317,8 @@ static void bad_requests_do_no_harm(void **state) {
                         if (i % 2)
                                 (void)!send(fd, "GET /health HTTP/1.1\r\nHo", 24, MSG_NOSIGNAL);
                         else
-                                (void)!send(fd, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11, MSG_NOSIGNAL);
+                                (void)!send(fd, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11,
+                                            MSG_NOSIGNAL);
                         slow[n_slow++] = fd;
                 }
         }
@@ -325,8 +328,8 @@ static void bad_requests_do_no_harm(void **state) {
                 close(slow[i]);
         /* the relay kept pace with the writer the whole time: what is pending is seconds old */
         m = get_metrics(addr);
-        fprintf(stderr, "lag %.3f s, %d rows written so far\n", ts_metric(m, "outbox_relay_oldest_pending_age_seconds"),
-                ts_load_written(l));
+        fprintf(stderr, "lag %.3f s, %d rows written so far\n",
+                ts_metric(m, "outbox_relay_oldest_pending_age_seconds"), ts_load_written(l));
         assert_true(ts_metric(m, "outbox_relay_oldest_pending_age_seconds") < 5);
         free(m);
         assert_int_equal(ts_load_finish(l), rows);

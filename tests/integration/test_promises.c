@@ -499,7 +499,7 @@ static void dead_letter_after_max_attempts(void **state) {
         "kafka = { bootstrap_servers = \"%s\"; debug = \"msg\"; };\n"                      \
         "relay = { ordering = \"none\"; poll_interval = \"1s\"; status_interval = \"1s\";" \
         " batch_size = %d; batch_timeout = \"%s\"; };\n"                                   \
-        "log = { level = \"%s\"; };\n"
+        "log = { level = \"%s\"; };\n" TS_HTTP_GROUP
 
 /* README: SIGHUP "applies log.level, relay.batch_size, … at once, names the settings that need
  * a restart (postgres.*, kafka.*, relay.batch_timeout) and keeps them". Before the reload: info,
@@ -852,7 +852,7 @@ static void no_password_in_logs(void **state) {
                    "\"kafka" SECRET "\";"
                    " debug = \"conf,generic\"; };\n"
                    "relay = { poll_interval = \"1s\"; status_interval = \"1s\"; };\n"
-                   "log = { level = \"debug\"; };\n",
+                   "log = { level = \"debug\"; };\n" TS_HTTP_GROUP,
                    ts_conninfo(), ts_env("KAFKA_BOOTSTRAP"));
         kill(relay.pid, SIGHUP);
         assert_true(log_wait_from(&relay, from,

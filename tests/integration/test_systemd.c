@@ -222,7 +222,7 @@ static void reload(void **state) {
         snprintf(conf, sizeof(conf),
                  "postgres = { conninfo = \"%s\"; };\n"
                  "kafka = { bootstrap_servers = \"%s\"; };\n"
-                 "relay = { batch_size = 0; };\n",
+                 "relay = { batch_size = 0; };\n" TS_HTTP_GROUP,
                  ts_conninfo(), ts_env("KAFKA_BOOTSTRAP"));
         write_file(relay.conf, conf);
         kill(relay.pid, SIGHUP);
@@ -239,7 +239,7 @@ static void reload(void **state) {
                  "postgres = { conninfo = \"%s application_name=changed\"; };\n"
                  "kafka = { bootstrap_servers = \"%s\"; };\n"
                  "relay = { poll_interval = \"1s\"; batch_size = 7; };\n"
-                 "log = { level = \"debug\"; };\n",
+                 "log = { level = \"debug\"; };\n" TS_HTTP_GROUP,
                  ts_conninfo(), ts_env("KAFKA_BOOTSTRAP"));
         write_file(relay.conf, conf);
         kill(relay.pid, SIGHUP);

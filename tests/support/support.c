@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <curl/curl.h>
 
 const char *ts_env(const char *name) {
         const char *v = getenv(name);
@@ -246,11 +247,12 @@ void ts_relay_start_opts(struct ts_relay *r, const struct ts_relay_opts *o) {
                 "kafka = { bootstrap_servers = \"%s\"; %s };\n"
                 "relay = { %s };\n"
                 "log = { level = \"%s\"; };\n"
-                "%s\n",
+                "%s\n%s",
                 o->conninfo ? o->conninfo : ts_conninfo(), o->postgres_extra ? o->postgres_extra : "",
                 o->bootstrap ? o->bootstrap : ts_env("KAFKA_BOOTSTRAP"), o->kafka_extra ? o->kafka_extra : "",
                 o->relay_group ? o->relay_group : "", o->log_level ? o->log_level : "info",
-                o->extra_groups ? o->extra_groups : "");
+                o->extra_groups ? o->extra_groups : "",
+                o->extra_groups && strstr(o->extra_groups, "http") ? "" : TS_HTTP_GROUP);
         fclose(f);
 
         r->pid = fork();
@@ -343,6 +345,101 @@ bool ts_relay_log_wait(struct ts_relay *r, const char *needle, int timeout_ms) {
                         return false;
                 usleep(20000);
         }
+}
+
+const char *ts_relay_http(struct ts_relay *r, int timeout_ms) {
+        static const char tag[] = "serving HTTP on ";
+        char *s, *at;
+
+        if (!ts_relay_log_wait(r, tag, timeout_ms)) {
+                ts_relay_dump_log(r);
+                fail_msg("the relay did not say where it serves HTTP");
+        }
+        s = slurp(r->log);
+        /* "serving HTTP on 127.0.0.1:46725: /health, …": the address ends at ": ". */
+        at = strstr(s, tag) + strlen(tag);
+        snprintf(r->http, sizeof(r->http), "%.*s", strstr(at, ": ") ? (int)(strstr(at, ": ") - at) : 0, at);
+        free(s);
+        return r->http;
+}
+
+struct http_body {
+        char *p;
+        size_t n;
+};
+
+static size_t http_collect(char *data, size_t size, size_t nmemb, void *arg) {
+        struct http_body *b = arg;
+        char *p = realloc(b->p, b->n + size * nmemb + 1);
+
+        if (!p)
+                return 0;
+        memcpy(p + b->n, data, size * nmemb);
+        b->n += size * nmemb;
+        p[b->n] = 0;
+        b->p = p;
+        return size * nmemb;
+}
+
+long ts_http(const char *addr, const char *method, const char *path, char **body) {
+        static bool init;
+        struct http_body b = { calloc(1, 1), 0 };
+        char url[300];
+        long code = 0;
+        CURL *c;
+
+        if (!init) {
+                curl_global_init(CURL_GLOBAL_DEFAULT);
+                init = true;
+        }
+        c = curl_easy_init();
+        if (!c || !b.p)
+                fail_msg("curl: out of memory");
+        snprintf(url, sizeof(url), "http://%s%s", addr, path);
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+        if (strcmp(method, "HEAD") == 0)
+                curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, http_collect);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+        if (curl_easy_perform(c) == CURLE_OK)
+                curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+        curl_easy_cleanup(c);
+        if (body)
+                *body = b.p;
+        else
+                free(b.p);
+        return code;
+}
+
+void ts_http_wait(const char *addr, const char *path, long status, const char *needle, int timeout_ms) {
+        int64_t until = ts_now_ms() + timeout_ms;
+
+        for (;;) {
+                char *body = NULL;
+                long code = ts_http(addr, "GET", path, &body);
+
+                if (code == status && (!needle || strstr(body, needle))) {
+                        free(body);
+                        return;
+                }
+                if (ts_now_ms() > until)
+                        fail_msg("GET %s: waited %d ms for %ld%s%s, last answer %ld: %s", path, timeout_ms,
+                                 status, needle ? " with " : "", needle ? needle : "", code, body);
+                free(body);
+                usleep(50000);
+        }
+}
+
+double ts_metric(const char *text, const char *series) {
+        size_t n = strlen(series);
+
+        for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+                if (strncmp(p, series, n) == 0 && p[n] == ' ')
+                        return strtod(p + n + 1, NULL);
+        return -1;
 }
 
 int ts_relay_log_count(const struct ts_relay *r, const char *needle) {

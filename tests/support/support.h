@@ -41,8 +41,13 @@ struct ts_relay {
         char dir[256];
         char conf[300];
         char log[300];
+        char http[80]; /* ts_relay_http() */
 };
-/* Writes a config (postgres and kafka groups filled in; `relay_group` is the body of the relay
+/* The http group of every relay a test starts: any free port (the relay logs which one), so
+ * relays never meet on one port. A config a test writes itself for a reload adds it too, or the
+ * reload reads http.listen as changed. */
+#define TS_HTTP_GROUP "http = { listen = \"127.0.0.1:0\"; };\n"
+/* Writes a config (postgres and kafka groups filled in, and TS_HTTP_GROUP unless extra_groups has an http group; `relay_group` is the body of the relay
  * group, e.g. "finish = \"mark\"; poll_interval = \"1s\";") and starts the daemon. */
 void ts_relay_start(struct ts_relay *r, const char *relay_group, const char *extra_groups);
 /* The same with `kafka_extra` added to the kafka group (e.g. "message_timeout_ms = 3000;"). */
@@ -95,6 +100,20 @@ long long ts_relay_log_resendable(const struct ts_relay_log_stats *s);
 void ts_relay_dump_log(const struct ts_relay *r);
 /* cmocka teardown: kills (and shows the log of) any relay a failed test left running. */
 int ts_teardown(void **state);
+
+/* ---- HTTP (libcurl) ---- */
+/* The relay's "ADDRESS:PORT" from its "serving HTTP on …" line (waits up to timeout_ms; fails the
+ * test without one). Kept in r->http. */
+const char *ts_relay_http(struct ts_relay *r, int timeout_ms);
+/* One request (method "GET", "HEAD", "POST", …) to http://addr/path; returns the status, or 0 when
+ * no answer came within 5 s. *body (may be NULL) gets the heap body. */
+long ts_http(const char *addr, const char *method, const char *path, char **body);
+/* Waits until `path` answers `status` (and, with `needle`, a body holding it); fails the test,
+ * showing the last answer, when timeout_ms passes first. */
+void ts_http_wait(const char *addr, const char *path, long status, const char *needle, int timeout_ms);
+/* The value of the sample `series` (e.g. "outbox_relay_batches_total" or
+ * "outbox_relay_events_published_total{topic=\"t\"}") in a /metrics text; -1 when absent. */
+double ts_metric(const char *text, const char *series);
 
 /* ---- the systemd notify protocol, without systemd ---- */
 struct ts_notify {
