@@ -600,7 +600,8 @@ static int start_http(struct relay *r) {
                 log_error("cannot serve HTTP (http.listen): %s", err);
                 return ret;
         }
-        log_info("serving HTTP on %s: /health, /ready, /metrics", r->http.bound);
+        /* Not "ready" in this line: tests and operators wait for the word once connected. */
+        log_info("serving HTTP on %s (health, readiness and metrics)", r->http.bound);
         return 0;
 }
 

@@ -356,9 +356,9 @@ const char *ts_relay_http(struct ts_relay *r, int timeout_ms) {
                 fail_msg("the relay did not say where it serves HTTP");
         }
         s = slurp(r->log);
-        /* "serving HTTP on 127.0.0.1:46725: /health, …": the address ends at ": ". */
+        /* "serving HTTP on 127.0.0.1:46725 (health, …)": the address ends at the space. */
         at = strstr(s, tag) + strlen(tag);
-        snprintf(r->http, sizeof(r->http), "%.*s", strstr(at, ": ") ? (int)(strstr(at, ": ") - at) : 0, at);
+        snprintf(r->http, sizeof(r->http), "%.*s", (int)strcspn(at, " \n"), at);
         free(s);
         return r->http;
 }
