@@ -809,6 +809,55 @@ static int check_file(const char *path, char *err, size_t errsz) {
         return r;
 }
 
+/* libconfig 1.5 (Debian 12) opens an @include target with fopen() and hands it to its scanner:
+ * a directory makes the scanner fail and exit() the whole process ("input in flex scanner
+ * failed", exit status 2, no file or line), and a FIFO or a device blocks the start. So every
+ * target that exists must be a regular file, checked before libconfig reads anything. A missing
+ * target is left to libconfig, which names its line ("cannot open include file"); so is a line
+ * inside a comment that only looks like an @include, unless it names something that is not a
+ * regular file (an error then too, a harmless one). `file` is the including file as the user
+ * can open it; includes nest at most 10 deep, as in libconfig. */
+static int check_includes(const struct loader *l, const char *file, int depth) {
+        FILE *f = fopen(file, "re");
+        char *line = NULL;
+        size_t cap = 0;
+        int n = 0, r = 0;
+
+        if (!f)
+                return 0; /* libconfig says why */
+        while (r == 0 && getline(&line, &cap, f) > 0) {
+                const char *p = line + strspn(line, " \t"), *end;
+                char target[PATH_MAX];
+                struct stat st;
+
+                n++;
+                if (strncmp(p, "@include", 8) != 0 || !strchr(" \t", p[8]))
+                        continue;
+                p += 8 + strspn(p + 8, " \t");
+                if (*p != '"' || !(end = strchr(p + 1, '"')))
+                        continue; /* a syntax error libconfig reports */
+                p++;
+                if (snprintf(target, sizeof(target), "%s%s%.*s", p[0] == '/' ? "" : l->include_dir,
+                             p[0] == '/' ? "" : "/", (int)(end - p), p) >= (int)sizeof(target))
+                        continue;
+                if (stat(target, &st) < 0)
+                        continue;
+                if (!S_ISREG(st.st_mode))
+                        r = cfgutil_errorf(l->err, l->errsz, file, n,
+                                           "@include \"%.*s\": not a regular file (%s)", (int)(end - p), p,
+                                           S_ISDIR(st.st_mode)            ? "a directory"
+                                                   : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                                   : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)
+                                                   ? "a device"
+                                                   : "not a file");
+                else if (depth < 10)
+                        r = check_includes(l, target, depth + 1);
+        }
+        free(line);
+        fclose(f);
+        return r;
+}
+
 int config_load(const char *path, struct relay_config *c, char *err, size_t errsz) {
         struct loader l = { .err = err, .errsz = errsz };
         _cleanup_free_ char *dir = NULL;
@@ -845,6 +894,9 @@ int config_load(const char *path, struct relay_config *c, char *err, size_t errs
         /* @include "x.conf" is relative to the including file's directory, not to our cwd. */
         l.include_dir = dirname(dir);
         config_set_include_dir(&cfg, l.include_dir);
+        r = check_includes(&l, path, 0);
+        if (r < 0)
+                goto out;
         if (!config_read_file(&cfg, path)) {
                 if (config_error_type(&cfg) == CONFIG_ERR_FILE_IO) {
                         cfgutil_errorf(err, errsz, path, 0, "cannot read: %s", config_error_text(&cfg));

@@ -470,6 +470,62 @@ static void test_include(void **state) {
 
 /* ---- structure, types, ranges, enums ------------------------------------------------------ */
 
+/* libconfig 1.5 exits the process (status 2, "input in flex scanner failed") on an @include of
+ * a directory and blocks on a FIFO: the loader refuses both first, naming the line (found by
+ * tests/fuzz/fuzz_config). */
+static void test_include_not_a_file(void **state) {
+        char dir[] = "/tmp/test_config_inc_XXXXXX", main_path[256], inc_path[256], sub[256], fifo[256];
+        char err[1024], want[700];
+        struct relay_config c;
+        FILE *f;
+
+        (void)state;
+        assert_non_null(mkdtemp(dir));
+        snprintf(main_path, sizeof(main_path), "%s/main.conf", dir);
+        snprintf(inc_path, sizeof(inc_path), "%s/relay.inc", dir);
+        snprintf(sub, sizeof(sub), "%s/sub", dir);
+        snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+        assert_int_equal(mkdir(sub, 0700), 0);
+        assert_int_equal(mkfifo(fifo, 0600), 0);
+
+        f = fopen(main_path, "w");
+        assert_non_null(f);
+        fputs(KAFKA_OK "\n  @include   \"sub\"\n", f);
+        fclose(f);
+        memset(&c, 0, sizeof(c));
+        assert_int_equal(config_load(main_path, &c, err, sizeof(err)), -EINVAL);
+        snprintf(want, sizeof(want), "%s:3: @include \"sub\": not a regular file (a directory)", main_path);
+        assert_string_equal(err, want);
+
+        /* nested: the including file and its line */
+        f = fopen(main_path, "w");
+        assert_non_null(f);
+        fputs(KAFKA_OK "@include \"relay.inc\"\n", f);
+        fclose(f);
+        f = fopen(inc_path, "w");
+        assert_non_null(f);
+        fputs("# included\n@include \"fifo\"\n", f);
+        fclose(f);
+        assert_int_equal(config_load(main_path, &c, err, sizeof(err)), -EINVAL);
+        snprintf(want, sizeof(want), "%s:2: @include \"fifo\": not a regular file (a FIFO)", inc_path);
+        assert_string_equal(err, want);
+
+        /* a missing file stays libconfig's to report, with its line */
+        f = fopen(inc_path, "w");
+        assert_non_null(f);
+        fputs("# included\n@include \"missing.inc\"\n", f);
+        fclose(f);
+        assert_int_equal(config_load(main_path, &c, err, sizeof(err)), -EINVAL);
+        snprintf(want, sizeof(want), "%s:2: cannot open include file", inc_path);
+        assert_string_equal(err, want);
+
+        unlink(inc_path);
+        unlink(main_path);
+        unlink(fifo);
+        rmdir(sub);
+        rmdir(dir);
+}
+
 static void test_unknown_settings(void **state) {
         (void)state;
         expect_error(KAFKA_OK "\nfoo = { a = 1; };\n", 3,
@@ -1317,6 +1373,7 @@ int main(void) {
                 cmocka_unit_test(test_unreadable_file),
                 cmocka_unit_test(test_syntax_errors),
                 cmocka_unit_test(test_include),
+                cmocka_unit_test(test_include_not_a_file),
                 cmocka_unit_test(test_unknown_settings),
                 cmocka_unit_test(test_group_as_scalar),
                 cmocka_unit_test(test_wrong_types),
