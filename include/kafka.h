@@ -17,6 +17,7 @@ struct kafka_delivery {
         bool reported;
         usec_t sent_at; /* when produce() took it (monotonic) */
         usec_t reported_at; /* when its report was served */
+        usec_t latency; /* produce() to the broker's answer, as librdkafka measured it */
 };
 
 /* Topics whose metadata the producer asked for up front (kafka_produce), at most this many. */

@@ -86,6 +86,7 @@ struct metrics {
         pthread_mutex_t lock;
         struct metrics_data d; /* written by the loop under the lock, read by copies */
         _Atomic usec_t turn; /* when the loop last served its watchdog (monotonic) */
+        atomic_bool exiting; /* the loop has ended, for whatever reason: not ready any more */
 };
 
 int metrics_init(struct metrics *m, usec_t start_wall);

@@ -45,3 +45,6 @@ bool pause_set_known(const struct pause_set *s, const char *topic, const char *k
  * NULL), at most `cap`; the strings stay owned by the set. Returns the count. */
 size_t pause_set_active(const struct pause_set *s, usec_t now, const char **topics, const char **keys,
                         size_t cap);
+
+/* How many entries are paused at `now` (expired ones, kept for their strikes, do not count). */
+size_t pause_set_count_active(const struct pause_set *s, usec_t now);

@@ -156,8 +156,8 @@ int pg_members(struct pg *pg, int *slots, size_t cap, size_t *n, bool *own_held,
 int pg_retention(struct pg *pg, int limit, usec_t deadline, char *err, size_t errsz);
 
 /* Age in µs of the oldest pending row (0 when none), and the pending rows: exact below
- * PG_PENDING_EXACT; from there on the span of ids from the oldest pending row to the newest row,
- * an estimate from above (rows finished out of order inside the span count too). */
+ * PG_PENDING_EXACT; from there on the span of ids from the oldest to the newest pending row, an
+ * estimate from above (finished rows between two pending ones count too). */
 #define PG_PENDING_EXACT 10000
 int pg_lag(struct pg *pg, usec_t *lag, int64_t *pending, usec_t deadline, char *err, size_t errsz);
 

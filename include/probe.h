@@ -33,8 +33,8 @@ char *probe_ready_json(const struct probe_state *s);
 /* Where the listener's pages read from. */
 struct probe_source {
         struct metrics *metrics;
-        const volatile sig_atomic_t *stop; /* the signal handler's flag: read directly, so /ready
-                                            * turns 503 the moment SIGTERM lands */
+        const atomic_bool *stop; /* set by the signal handler: read directly, so /ready turns
+                                  * 503 the moment SIGTERM lands */
         usec_t alive_within;
         struct metrics_build build;
 };

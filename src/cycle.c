@@ -291,11 +291,15 @@ static void record(struct relay *r, const struct cycle *c, usec_t claim, usec_t 
                 mb.add.held += row->state == ROW_HELD;
                 if (row->action != ACT_FINISH)
                         continue;
-                if (d->reported && d->reported_at >= d->sent_at) {
-                        histogram_observe(&mb.delivery, (double)(d->reported_at - d->sent_at) / USEC_PER_SEC);
-                        histogram_observe(&mb.end_to_end,
-                                          (double)d->reported_at / USEC_PER_SEC + wall_minus_mono -
-                                                  (double)c->claimed.rows[i].timestamp_ms / 1000);
+                if (d->reported) {
+                        /* created_at is the database's clock, the report the relay's: a skew
+                         * between them must not make an observation negative (it would lower
+                         * the histogram's _sum, which a rate() reads as a counter reset). */
+                        double e2e = (double)d->reported_at / USEC_PER_SEC + wall_minus_mono -
+                                (double)c->claimed.rows[i].timestamp_ms / 1000;
+
+                        histogram_observe(&mb.delivery, (double)d->latency / USEC_PER_SEC);
+                        histogram_observe(&mb.end_to_end, e2e > 0 ? e2e : 0);
                 }
                 if (topic && strcmp(topic, row->topic) != 0) {
                         metrics_published(&r->metrics, topic, run);
@@ -348,7 +352,7 @@ int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdi
         struct batch_rules rules = { .max_attempts = r->cfg->relay.max_attempts, .probe = probe };
         int limit = probe && r->cfg->relay.batch_size > PROBE_ROWS ? PROBE_ROWS : r->cfg->relay.batch_size;
         char err[512];
-        usec_t claimed_at, finish_at;
+        usec_t started = now_usec(), claimed_at, finish_at, finished_at;
         ssize_t j;
         int ret;
 
@@ -420,6 +424,7 @@ int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdi
         }
         finish_at = now_usec();
         ret = finish(r, &c, err, sizeof(err));
+        finished_at = now_usec();
         if (ret < 0) {
                 /* Nothing was changed: every row stays pending and is published again (the
                  * duplicates the design allows after a lost connection). */
@@ -428,7 +433,7 @@ int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdi
                 goto rollback;
         }
         apply_pauses(r, &c.b, now_usec());
-        record(r, &c, claimed_at - now, now_usec() - finish_at, now_usec() - now);
+        record(r, &c, claimed_at - started, finished_at - finish_at, finished_at - started);
         account(r, &c.b);
         ret = (int)c.b.n;
         cycle_free(&c);

@@ -2,6 +2,7 @@
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -67,7 +68,7 @@ int http_parse_listen(const char *listen, struct sockaddr_storage *sa, socklen_t
         }
         errno = 0;
         port = strtol(colon + 1, &end, 10);
-        if (!colon[1] || *end || errno || port < 0 || port > 65535) {
+        if (!isdigit((unsigned char)colon[1]) || *end || errno || port < 0 || port > 65535) {
                 snprintf(err, errsz, "the port must be a number from 0 to 65535");
                 return -EINVAL;
         }

@@ -19,6 +19,13 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
                 d->partition = m->partition;
                 d->reported = true;
                 d->reported_at = now_usec();
+                /* librdkafka's own produce()-to-answer time: not delayed by when the loop
+                 * gets round to serving the report. */
+                {
+                        int64_t us = rd_kafka_message_latency(m);
+
+                        d->latency = us >= 0 ? (usec_t)us : d->reported_at - d->sent_at;
+                }
         }
         if (k->pending)
                 k->pending--;

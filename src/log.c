@@ -121,7 +121,7 @@ const char *log_level_to_string(int level) {
         return level_names[level];
 }
 
-static void log_vmsg(int prio, const char *suffix, const char *fmt, va_list ap) {
+static _printf_(3, 0) void log_vmsg(int prio, const char *suffix, const char *fmt, va_list ap) {
         char buf[2048];
         int n;
 

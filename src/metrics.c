@@ -35,6 +35,7 @@ int metrics_init(struct metrics *m, usec_t start_wall) {
         m->d.relays = 1;
         m->d.start_time = (double)start_wall / USEC_PER_SEC;
         atomic_init(&m->turn, 0);
+        atomic_init(&m->exiting, false);
         return 0;
 }
 
@@ -172,7 +173,7 @@ int metrics_render(const struct metrics_data *d, const struct metrics_process *p
                 d->totals.dead_lettered);
         counter(f, "outbox_relay_rows_held_back_total",
                 "Rows not sent in their batch because an earlier row of their (topic, key) did not go; "
-                "they stay pending.",
+                "they stay pending (a row held in several batches counts in each).",
                 d->totals.held);
         counter(f, "outbox_relay_rows_overtaken_total",
                 "Rows dead-lettered because a later row of their (topic, key) was already in Kafka.",

@@ -101,6 +101,14 @@ bool pause_set_known(const struct pause_set *s, const char *topic, const char *k
         return find(s, topic, key) != NULL;
 }
 
+size_t pause_set_count_active(const struct pause_set *s, usec_t now) {
+        size_t n = 0;
+
+        for (size_t i = 0; i < s->n; i++)
+                n += s->v[i].until > now;
+        return n;
+}
+
 size_t pause_set_active(const struct pause_set *s, usec_t now, const char **topics, const char **keys,
                         size_t cap) {
         size_t n = 0;

@@ -131,15 +131,21 @@ static const char retention_fmt[] =
 static const char leader_fmt[] = "SELECT pg_try_advisory_lock(hashtext('outbox-relay'),"
                                  " (('%s'::regclass)::oid::int8 & 2147483647)::int4)";
 /* The lag (age of the oldest pending row), the pending rows counted up to PG_PENDING_EXACT, and
- * the span of ids from the oldest pending row to the newest row: a bounded look (at most that
- * many index entries and two descents) however long the backlog. */
+ * the span of ids from the oldest pending row to the newest pending row: a bounded look (at most
+ * that many index entries and two descents of outbox_pending_idx) however long the backlog. */
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
 static const char lag_tmpl[] =
         "SELECT coalesce(floor(extract(epoch FROM now() - min(s.created_at)) * 1000000), 0)::int8,"
         " (SELECT count(*) FROM (SELECT 1 FROM {table} WHERE published_at IS NULL AND dead_at IS NULL"
-        "   AND id >= $1::int8 LIMIT 10000) c)::int8,"
-        " coalesce((SELECT max(id) FROM {table}) - min(s.id) + 1, 0)::int8"
-        " FROM (SELECT created_at, id FROM {table} WHERE published_at IS NULL AND dead_at IS NULL"
-        " AND id >= $1::int8 ORDER BY id LIMIT 1) s";
+        "   AND id >= $1::int8 LIMIT " STRINGIFY(
+                PG_PENDING_EXACT) ") c)::int8,"
+                                  " coalesce((SELECT id FROM {table} WHERE published_at IS NULL AND dead_at "
+                                  "IS NULL"
+                                  "   ORDER BY id DESC LIMIT 1) - min(s.id) + 1, 0)::int8"
+                                  " FROM (SELECT created_at, id FROM {table} WHERE published_at IS NULL AND "
+                                  "dead_at IS NULL"
+                                  " AND id >= $1::int8 ORDER BY id LIMIT 1) s";
 /* The claim floor (floor.h), one step, in this order: the transactions of the open step ended
  * ($1, virtual ids); the lowest pending id from the floor ($1) on; the id sequence's last value
  * ($1, its oid); the transactions running now, but this one. Separate statements, so each reads
@@ -379,7 +385,11 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
                 /* claim_skip_tmpl selects what claim_fmt selects: its column list, %% unescaped. */
                 const char *from = strstr(claim_fmt, " FROM %s o");
                 _cleanup_free_ char *cols_fmt = from ? strndup(claim_fmt, (size_t)(from - claim_fmt)) : NULL;
+/* cols_fmt is a prefix of claim_fmt, a literal (clang checks the call, gcc does not) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
                 _cleanup_free_ char *cols = cols_fmt ? sql_printf(cols_fmt, NULL, NULL) : NULL;
+#pragma GCC diagnostic pop
 
                 pg->sql_claim_skip = cols ? sql_expand(claim_skip_tmpl, table, cols) : NULL;
                 if (pg->sql_claim_skip && cfg->relay.ordering == ORDERING_KEY &&

@@ -96,7 +96,8 @@ int probe_answer(void *arg, enum http_page page, struct http_reply *reply) {
         s = (struct probe_state){ .now = now_usec(),
                                   .turn = atomic_load_explicit(&src->metrics->turn, memory_order_relaxed),
                                   .alive_within = src->alive_within,
-                                  .stopping = *src->stop != 0,
+                                  .stopping = atomic_load(src->stop) ||
+                                          atomic_load_explicit(&src->metrics->exiting, memory_order_relaxed),
                                   .db_connected = d->db_connected,
                                   .producer_ok = d->producer_ok,
                                   .breaker_state = d->breaker_state };

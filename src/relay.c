@@ -84,6 +84,9 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
 void relay_done(struct relay *r) {
         if (!r->cfg)
                 return;
+        /* Whatever ended the loop (a stop, a fatal producer error), /ready says 503 from now on,
+         * through the producer's flush below. */
+        atomic_store(&r->metrics.exiting, true);
         /* After a second signal nothing is waited for: what is in flight was rolled back. */
         kafka_close(&r->kafka, r->sig->hard_stop ? 0 : r->cfg->relay.drain_timeout);
         pg_done(&r->pg);
@@ -194,8 +197,8 @@ static void set_gauges(struct metrics_data *d, void *arg) {
         d->breaker_state = r->breaker.state == BREAKER_OPEN ? 2
                 : r->breaker.state == BREAKER_HALF_OPEN     ? 1
                                                             : 0;
-        d->paused_topics = r->paused_topics.n;
-        d->paused_keys = r->paused_keys.n;
+        d->paused_topics = pause_set_count_active(&r->paused_topics, now_usec());
+        d->paused_keys = pause_set_count_active(&r->paused_keys, now_usec());
         d->relays = r->cfg->relay.ordering == ORDERING_KEY ? r->share.relays : 1;
         d->first_bucket = r->cfg->relay.ordering == ORDERING_KEY ? share_claim(&r->share, 1).first : 0;
         d->leader = r->cfg->relay.ordering != ORDERING_SINGLE || r->leader;
@@ -587,7 +590,7 @@ static int start_http(struct relay *r) {
         }
         r->probe = (struct probe_source){
                 .metrics = &r->metrics,
-                .stop = &r->sig->stop,
+                .stop = &r->sig->stopping,
                 .alive_within = r->notifier.watchdog_interval ? 2 * r->notifier.watchdog_interval
                                                               : ALIVE_WITHOUT_WATCHDOG,
                 .build = { VERSION, rd_kafka_version_str(), pg_lib_version() },
@@ -651,6 +654,8 @@ int relay_run(struct relay *r) {
                         if (r->state != RELAY_CONNECTING) {
                                 log_event(LOG_WARNING, LOG_EV_DB_LOST, NULL,
                                           "lost the PostgreSQL connection, reconnecting");
+                                /* no lag figures until a look can read them again */
+                                metrics_update(&r->metrics, set_lag, &(struct lag_look){ 0 });
                                 r->state = RELAY_CONNECTING;
                                 pg_disconnect(&r->pg);
                                 r->retry_at = now;
@@ -688,6 +693,7 @@ int relay_run(struct relay *r) {
                         }
                 }
                 if (r->state == RELAY_BACKOFF && now < r->retry_at) {
+                        relay_status(r, now); /* the lag keeps growing meanwhile: show it */
                         wait_for_work(r, r->retry_at - now);
                         continue;
                 }
@@ -699,6 +705,7 @@ int relay_run(struct relay *r) {
                 /* Nothing may come between the gate and the batch: in half-open state the gate
                  * hands out the one probe, and only the batch's outcome gives it back. */
                 if ((r->wake || now >= r->next_poll) && !breaker_gate(r, now)) {
+                        relay_status(r, now);
                         wait_for_work(r, r->breaker.open_until > now ? r->breaker.open_until - now : 0);
                         continue;
                 }

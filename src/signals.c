@@ -11,6 +11,7 @@ static void on_stop(int sig) {
         if (flags.stop)
                 flags.hard_stop = 1;
         flags.stop = 1;
+        atomic_store(&flags.stopping, true);
 }
 
 static void on_reload(int sig) {

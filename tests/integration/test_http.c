@@ -83,6 +83,23 @@ static void wait_metric(const char *addr, const char *series, double want, int t
         }
 }
 
+/* Waits until the series is at least `want` (the lag grows while nothing can be published). */
+static void wait_metric_at_least(const char *addr, const char *series, double want, int timeout_ms) {
+        int64_t until = ts_now_ms() + timeout_ms;
+
+        for (;;) {
+                char *m = get_metrics(addr);
+                double v = ts_metric(m, series);
+
+                free(m);
+                if (v >= want)
+                        return;
+                if (ts_now_ms() > until)
+                        fail_msg("%s: %g after %d ms, expected at least %g", series, v, timeout_ms, want);
+                usleep(100000);
+        }
+}
+
 static void insert_rows(PGconn *c, const char *topic, int from, int n) {
         ts_pg_exec(c,
                    "INSERT INTO outbox (topic, key, payload, headers) SELECT '%s', 'k' || (g %% 7), "
@@ -143,6 +160,13 @@ static void probes_follow_the_relay(void **state) {
         ts_testbed("pg-stop");
         ts_http_wait(addr, "/ready", 503, "\"database\":\"not connected\"", 20000);
         ts_http_wait(addr, "/health", 200, "\"alive\":true", 1000);
+        /* the lag cannot be read: absent, not the last value */
+        m = get_metrics(addr);
+        assert_true(ts_metric(m, "outbox_relay_oldest_pending_age_seconds") == -1);
+        assert_true(ts_metric(m, "outbox_relay_pending_rows") == -1);
+        assert_true(ts_metric(m, "outbox_relay_database_connected") == 0);
+        promtool_accepts(m);
+        free(m);
         ts_testbed("pg-start");
         PQfinish(c);
         c = ts_pg_connect();
@@ -156,7 +180,10 @@ static void probes_follow_the_relay(void **state) {
         insert_rows(c, topic, 301, 100);
         ts_http_wait(addr, "/ready", 503, "\"kafka\":\"breaker open\"", 30000);
         ts_http_wait(addr, "/health", 200, "\"alive\":true", 1000);
+        /* nothing goes out, and the lag says so: read while the breaker is open, growing */
+        wait_metric_at_least(addr, "outbox_relay_oldest_pending_age_seconds", 3, 15000);
         m = get_metrics(addr);
+        assert_true(ts_metric(m, "outbox_relay_pending_rows") == 100);
         assert_true(ts_metric(m, "outbox_relay_breaker_transitions_total{to=\"open\"}") >= 1);
         promtool_accepts(m);
         free(m);

@@ -70,6 +70,8 @@ static void listen_addresses(void **state) {
                 { "127.0.0.1:65536", 0, 0, "the port must be" },
                 { "127.0.0.1:-1", 0, 0, "the port must be" },
                 { "127.0.0.1:80x", 0, 0, "the port must be" },
+                { "127.0.0.1:+80", 0, 0, "the port must be" },
+                { "127.0.0.1: 80", 0, 0, "the port must be" },
                 { ":7460", 0, 0, "numeric address before the port" },
                 { "::1:7460", 0, 0, "not a numeric IPv4 address" },
                 { "[::1]7460", 0, 0, "\"[ADDRESS]:PORT\"" },

@@ -60,6 +60,11 @@ static void active_lists_and_expiry(void **state) {
         assert_int_equal(pause_set_active(&s, 6 * S, t, k, 1), 1); /* capped */
         assert_int_equal(pause_set_active(&s, 12 * S, t, NULL, 8), 1); /* only "late" is still paused */
         assert_string_equal(t[0], "late");
+        /* the count /metrics shows: paused now, not the expired entry kept for its strikes */
+        assert_int_equal(pause_set_count_active(&s, 0), 2);
+        assert_int_equal(pause_set_count_active(&s, 12 * S), 1);
+        assert_int_equal(pause_set_count_active(&s, 16 * S), 0);
+        assert_int_equal(s.n, 2);
         pause_set_done(&s);
 }
 
