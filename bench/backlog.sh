@@ -33,6 +33,7 @@ postgres = { conninfo = "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUS
 kafka = { bootstrap_servers = "$KAFKA_BOOTSTRAP"; };
 relay = { poll_interval = "1s"; };
 log = { level = "notice"; };
+http = { listen = "127.0.0.1:0"; };
 CONF
 
 # One drain: relay binary, rows, name -> prints the rate (rows/s).

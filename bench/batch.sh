@@ -87,6 +87,7 @@ postgres = { conninfo = "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUS
 kafka = { bootstrap_servers = "$KAFKA_BOOTSTRAP"; };
 relay = { batch_size = $batch; };
 log = { level = "notice"; };
+http = { listen = "127.0.0.1:0"; };
 CONF
         t0=$EPOCHREALTIME
         "$RELAY" -c "$TB/relay.conf" 2>>"$TB/relay-$topic.log" &

@@ -238,6 +238,7 @@ postgres = { conninfo = "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUS
 kafka = { bootstrap_servers = "$KAFKA_BOOTSTRAP"; };
 relay = { batch_size = $BATCH; poll_interval = "1s"; finish = "delete"; status_interval = "2s"; };
 log = { level = "info"; };
+http = { listen = "127.0.0.1:0"; };
 CONF
 "$RELAY" --check-config -c "$CONF" >/dev/null || die "the relay rejects $CONF"
 RELAY_VERSION=$("$RELAY" --version)

@@ -48,6 +48,7 @@ postgres = { conninfo = "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUS
 kafka = { bootstrap_servers = "$KAFKA_BOOTSTRAP"; };
 relay = { $batch_line poll_interval = "1s"; ordering = "$ordering"; status_interval = "5s"; };
 log = { level = "notice"; };
+http = { listen = "127.0.0.1:0"; };
 CONF
         t0=$EPOCHREALTIME
         for i in $(seq "$n"); do
