@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh -- The whole test suite: installs what is missing, builds with -Werror, starts a private
-# PostgreSQL and a real Kafka broker, runs unit + integration tests, then all of them again with
+# PostgreSQL and a real Kafka broker, runs unit + integration tests, the unit tests again under
+# valgrind, the libFuzzer harnesses for a bounded time (scripts/fuzz.sh), then the tests again with
 # the relay and the tests built with AddressSanitizer + UndefinedBehaviorSanitizer (a relay that
 # leaks or trips UBSan exits non-zero, which the tests assert). Each run is counted on its own by
 # scripts/tally.py (cases passed / failed / not run, programs ok / failed); the summary lists the
@@ -100,13 +101,22 @@ rm -f "$build/meson-logs/testlog.json"
 meson test -C "$build" --suite unit --suite integration --print-errorlogs --num-processes 1
 tally "plain run" "$build" $?
 
+step "unit tests again under valgrind (--leak-check=full): a leak or an invalid access fails the case"
+rm -f "$build/meson-logs/testlog.json"
+meson test -C "$build" --suite unit --print-errorlogs --num-processes 1 \
+        --wrapper 'valgrind --leak-check=full --error-exitcode=1 --quiet'
+tally "valgrind run" "$build" $? --no-suite integration
+
+step "fuzzing: the libFuzzer harnesses (tests/fuzz) with ASan+UBSan, ${FUZZ_SECONDS:=20} s each"
+counted "fuzzing" scripts/fuzz.sh "$FUZZ_SECONDS"
+
 step "unit and integration tests again, everything built with AddressSanitizer + UndefinedBehaviorSanitizer"
-# Every unit test and every integration program but the three longest fault suites (suite 'long':
-# test_faults, test_promises, test_sharing, which the plain run has just passed): the whole suite
-# twice would not fit the CI's 15 minutes.
+# Every unit test and every integration program but the four longest fault suites (suite 'long':
+# test_faults, test_promises, test_sharing, test_batch_faults, which the plain run has just
+# passed): the whole suite twice would not fit the CI's 15 minutes.
 rm -rf "$asan"
 meson setup "$asan" -Dwerror=true -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false \
-        -Dbuildtype=debug >/dev/null || fatal "meson setup (asan) failed"
+        -Dbuildtype=debug -Dbench=disabled >/dev/null || fatal "meson setup (asan) failed"
 ninja -C "$asan" >/dev/null || fatal "asan build failed"
 rm -f "$asan/meson-logs/testlog.json"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \

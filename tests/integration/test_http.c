@@ -363,7 +363,14 @@ static void bad_requests_do_no_harm(void **state) {
         assert_true(ts_wait_drained(c, (const char *[]){ topic, NULL }, 30000));
         rss_after = rss_kib(r.pid);
         fprintf(stderr, "RSS %ld KiB before the abuse, %ld KiB after\n", rss_before, rss_after);
+#ifdef __SANITIZE_ADDRESS__
+        /* AddressSanitizer keeps freed memory in quarantine (up to 256 MiB): RSS says nothing
+         * about leaks there, LeakSanitizer does (the relay exits non-zero on one). The plain run
+         * holds the bound. */
+        (void)rss_before;
+#else
         assert_true(rss_after - rss_before < 4096);
+#endif
         verify_all(c, topic, (size_t)rows);
         snprintf(series, sizeof(series), "outbox_relay_events_published_total{topic=\"%s\"}", topic);
         wait_metric(addr, series, rows, 10000);
