@@ -776,6 +776,59 @@ static void expect_no_secret(const struct ts_relay *r, const struct ts_notify *n
         free(log);
 }
 
+/* `outbox-relay --check-config -c path`: everything it prints, stdout and stderr together, and
+ * its exit status. */
+static char *check_config(const char *path, int *status) {
+        char cmd[1024], *out = NULL;
+        size_t len = 0;
+        FILE *p, *m = open_memstream(&out, &len);
+        int ch;
+
+        assert_non_null(m);
+        snprintf(cmd, sizeof(cmd), "'%s' --check-config -c '%s' 2>&1", ts_env("OUTBOX_RELAY_BIN"), path);
+        p = popen(cmd, "r");
+        assert_non_null(p);
+        while ((ch = fgetc(p)) != EOF)
+                fputc(ch, m);
+        *status = pclose(p);
+        fclose(m);
+        return out;
+}
+
+/* --check-config with both passwords: a valid file, one whose conninfo is broken around the
+ * password, one whose librdkafka property is refused next to the SASL password. */
+static void no_password_from_check_config(const char *dir) {
+        static const char *const files[] = {
+                "postgres = { conninfo = \"host=127.0.0.1 password=pw" SECRET " dbname=x\"; };\n"
+                "kafka = { bootstrap_servers = \"127.0.0.1:9092\"; sasl_username = \"u\";"
+                " sasl_password = \"kafka" SECRET "\"; };\n",
+                "postgres = { conninfo = \"host=127.0.0.1 port=99999 password='pw" SECRET "\"; };\n"
+                "kafka = { bootstrap_servers = \"127.0.0.1:9092\"; };\n",
+                "postgres = { conninfo = \"postgresql://u:pw" SECRET "@127.0.0.1:5432/x\"; };\n"
+                "kafka = { bootstrap_servers = \"127.0.0.1:9092\"; sasl_password = \"kafka" SECRET "\";"
+                " sasl_mechanism = \"NOPE\"; };\n",
+        };
+        char path[512];
+
+        snprintf(path, sizeof(path), "%s/secret-check.conf", dir);
+        for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+                FILE *f = fopen(path, "w");
+                char *out;
+                int status;
+
+                assert_non_null(f);
+                fputs(files[i], f);
+                fclose(f);
+                out = check_config(path, &status);
+                if (strstr(out, SECRET))
+                        fail_msg("--check-config printed a password (file %zu):\n%s", i, out);
+                /* the first file is valid; the others are configuration errors */
+                assert_int_equal(WEXITSTATUS(status), i == 0 ? 0 : 78);
+                free(out);
+        }
+        unlink(path);
+}
+
 /* README: "Passwords in postgres.conninfo never reach a log line". Not only configuration errors:
  * every runtime line, at debug level, librdkafka's own lines included, and every STATUS=. A
  * relay with a URI password and a Kafka SASL password retries a PostgreSQL that refuses, then
@@ -866,6 +919,20 @@ static void no_password_in_logs(void **state) {
         }
         ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'k', 'after the reconnect'::text)", t);
         assert_true(ts_wait_drained(c, topics, 20000));
+        /* nor in what HTTP serves */
+        {
+                const char *addr = ts_relay_http(&relay, 5000);
+                const char *pages[] = { "/metrics", "/ready", "/health" };
+
+                for (size_t i = 0; i < 3; i++) {
+                        char *body = NULL;
+
+                        assert_int_equal(ts_http(addr, "GET", pages[i], &body), 200);
+                        if (strstr(body, SECRET))
+                                fail_msg("%s shows a password:\n%s", pages[i], body);
+                        free(body);
+                }
+        }
         ts_notify_drain(n, 2500);
         assert_true(ts_notify_count(n, "STATUS=") >= 1);
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
@@ -875,6 +942,7 @@ static void no_password_in_logs(void **state) {
                 n->len);
         ts_notify_close(n);
         ts_pg_exec(c, "DELETE FROM outbox WHERE topic = '%s'", t);
+        no_password_from_check_config(relay.dir);
         free(conninfo);
         PQfinish(c);
 }
