@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "message.h"
+#include "utf8.h"
 
 /* What the facts about one row amount to. */
 enum kind {
@@ -226,8 +227,9 @@ static void describe(struct batch_row *r, const char *fmt_suffix) {
         if (r->map_error)
                 snprintf(r->reason, sizeof(r->reason), "%s", r->map_error);
         else if (r->topic_error)
-                snprintf(r->reason, sizeof(r->reason), "topic '%.100s%s' can never exist in Kafka: %s",
-                         r->topic, strlen(r->topic) > 100 ? "…" : "", r->topic_error);
+                snprintf(r->reason, sizeof(r->reason), "topic '%.*s%s' can never exist in Kafka: %s",
+                         (int)utf8_fit(r->topic, 100), r->topic, strlen(r->topic) > 100 ? "…" : "",
+                         r->topic_error);
         else if (r->state == ROW_UNREPORTED || r->state == ROW_IN_FLIGHT)
                 snprintf(r->reason, sizeof(r->reason), "no delivery report");
         else
@@ -236,6 +238,10 @@ static void describe(struct batch_row *r, const char *fmt_suffix) {
         if (fmt_suffix)
                 snprintf(r->reason + strlen(r->reason), sizeof(r->reason) - strlen(r->reason), "%s",
                          fmt_suffix);
+        /* Every cut above counts bytes: one that lands inside a character would make PostgreSQL
+         * refuse the whole finish ("invalid byte sequence for encoding UTF8"), again and again,
+         * and nothing of the table would move any more. */
+        utf8_repair(r->reason);
 }
 
 #define ORDER_SUFFIX                                                                                       \

@@ -255,51 +255,6 @@ static void broker_down(void **state) {
 
 /* ---- innocent neighbours on the real broker ---- */
 
-/* Creates a topic on the real broker with one topic-level config through the Admin API. */
-static void create_topic(const char *topic, int partitions, const char *name, const char *value) {
-        rd_kafka_conf_t *conf = rd_kafka_conf_new();
-        rd_kafka_NewTopic_t *nt;
-        rd_kafka_AdminOptions_t *opts;
-        rd_kafka_queue_t *q;
-        rd_kafka_event_t *ev;
-        const rd_kafka_CreateTopics_result_t *res;
-        const rd_kafka_topic_result_t **tr;
-        size_t n = 0;
-        char err[512];
-        rd_kafka_t *rk;
-
-        if (rd_kafka_conf_set(conf, "bootstrap.servers", ts_env("KAFKA_BOOTSTRAP"), err, sizeof(err)) ||
-            rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err)))
-                fail_msg("admin conf: %s", err);
-        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-        if (!rk)
-                fail_msg("admin client: %s", err);
-        nt = rd_kafka_NewTopic_new(topic, partitions, 1, err, sizeof(err));
-        if (!nt)
-                fail_msg("NewTopic: %s", err);
-        if (rd_kafka_NewTopic_set_config(nt, name, value))
-                fail_msg("NewTopic_set_config %s=%s failed", name, value);
-        opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
-        rd_kafka_AdminOptions_set_operation_timeout(opts, 15000, err, sizeof(err));
-        q = rd_kafka_queue_new(rk);
-        rd_kafka_CreateTopics(rk, &nt, 1, opts, q);
-        ev = rd_kafka_queue_poll(q, 30000);
-        if (!ev)
-                fail_msg("CreateTopics: no result within 30 s");
-        if (rd_kafka_event_error(ev))
-                fail_msg("CreateTopics: %s", rd_kafka_event_error_string(ev));
-        res = rd_kafka_event_CreateTopics_result(ev);
-        tr = rd_kafka_CreateTopics_result_topics(res, &n);
-        if (n != 1 || rd_kafka_topic_result_error(tr[0]))
-                fail_msg("CreateTopics %s: %s", topic,
-                         n == 1 ? rd_kafka_topic_result_error_string(tr[0]) : "no topic result");
-        rd_kafka_event_destroy(ev);
-        rd_kafka_queue_destroy(q);
-        rd_kafka_AdminOptions_destroy(opts);
-        rd_kafka_NewTopic_destroy(nt);
-        rd_kafka_destroy(rk);
-}
-
 /* The most messages in one MessageSet the broker refused as too large (librdkafka's debug line
  * "MessageSet with N message(s) ... encountered error: Broker: Message size too large"). */
 static int largest_refused_set(const struct ts_relay *r) {
@@ -339,7 +294,7 @@ static void neighbours_round(const char *name, const char *kafka_extra, bool sha
         char sql[300];
 
         ts_pg_install_copy(c);
-        create_topic(topic, 3, "max.message.bytes", "20000");
+        ts_create_topic(topic, 3, "max.message.bytes", "20000");
         ts_pg_exec(c,
                    "INSERT INTO outbox (topic, key, payload, headers) SELECT '%s', 'k' || (g %% 50),"
                    " convert_to(rpad('row ' || g || ' ', 100, 'abcdefghij'), 'UTF8'), "

@@ -1348,3 +1348,85 @@ bool ts_wait_drained(PGconn *c, const char *const *topics, int timeout_ms) {
         free(arr);
         return ok;
 }
+
+/* ---- Kafka administration ---- */
+
+static rd_kafka_t *admin_client(void) {
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        char err[512];
+        rd_kafka_t *rk;
+
+        if (rd_kafka_conf_set(conf, "bootstrap.servers", ts_env("KAFKA_BOOTSTRAP"), err, sizeof(err)) ||
+            rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err)))
+                fail_msg("admin conf: %s", err);
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+        if (!rk)
+                fail_msg("admin client: %s", err);
+        return rk;
+}
+
+/* Waits for the one result of an admin request on q; fails the test on a request error. */
+static rd_kafka_event_t *admin_result(rd_kafka_queue_t *q, const char *what) {
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
+
+        if (!ev)
+                fail_msg("%s: no result within 30 s", what);
+        if (rd_kafka_event_error(ev))
+                fail_msg("%s: %s", what, rd_kafka_event_error_string(ev));
+        return ev;
+}
+
+void ts_create_topic(const char *topic, int partitions, const char *name, const char *value) {
+        rd_kafka_t *rk = admin_client();
+        rd_kafka_AdminOptions_t *opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+        rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+        const rd_kafka_topic_result_t **tr;
+        rd_kafka_NewTopic_t *nt;
+        rd_kafka_event_t *ev;
+        size_t n = 0;
+        char err[512];
+
+        nt = rd_kafka_NewTopic_new(topic, partitions, 1, err, sizeof(err));
+        if (!nt)
+                fail_msg("NewTopic: %s", err);
+        if (name && rd_kafka_NewTopic_set_config(nt, name, value))
+                fail_msg("NewTopic_set_config %s=%s failed", name, value);
+        rd_kafka_AdminOptions_set_operation_timeout(opts, 15000, err, sizeof(err));
+        rd_kafka_CreateTopics(rk, &nt, 1, opts, q);
+        ev = admin_result(q, "CreateTopics");
+        tr = rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+        if (n != 1 || rd_kafka_topic_result_error(tr[0]))
+                fail_msg("CreateTopics %s: %s", topic,
+                         n == 1 ? rd_kafka_topic_result_error_string(tr[0]) : "no topic result");
+        rd_kafka_event_destroy(ev);
+        rd_kafka_queue_destroy(q);
+        rd_kafka_AdminOptions_destroy(opts);
+        rd_kafka_NewTopic_destroy(nt);
+        rd_kafka_destroy(rk);
+}
+
+void ts_alter_topic(const char *topic, const char *name, const char *value) {
+        rd_kafka_t *rk = admin_client();
+        rd_kafka_AdminOptions_t *opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_ALTERCONFIGS);
+        rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+        rd_kafka_ConfigResource_t *cr = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
+        const rd_kafka_ConfigResource_t **rr;
+        rd_kafka_event_t *ev;
+        size_t n = 0;
+        char err[512];
+
+        if (rd_kafka_ConfigResource_set_config(cr, name, value))
+                fail_msg("ConfigResource_set_config %s=%s failed", name, value);
+        rd_kafka_AdminOptions_set_request_timeout(opts, 15000, err, sizeof(err));
+        rd_kafka_AlterConfigs(rk, &cr, 1, opts, q);
+        ev = admin_result(q, "AlterConfigs");
+        rr = rd_kafka_AlterConfigs_result_resources(rd_kafka_event_AlterConfigs_result(ev), &n);
+        if (n != 1 || rd_kafka_ConfigResource_error(rr[0]))
+                fail_msg("AlterConfigs %s %s=%s: %s", topic, name, value,
+                         n == 1 ? rd_kafka_ConfigResource_error_string(rr[0]) : "no resource result");
+        rd_kafka_event_destroy(ev);
+        rd_kafka_queue_destroy(q);
+        rd_kafka_AdminOptions_destroy(opts);
+        rd_kafka_ConfigResource_destroy(cr);
+        rd_kafka_destroy(rk);
+}

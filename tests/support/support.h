@@ -191,6 +191,12 @@ void ts_consume(const char *const *topics, size_t expect, int timeout_ms, int se
 void ts_consume_from(const char *bootstrap, const char *const *topics, size_t expect, int timeout_ms,
                      int settle_ms, struct ts_msgs *out);
 void ts_msgs_free(struct ts_msgs *m);
+/* Creates a topic on the real broker ($KAFKA_BOOTSTRAP) through the Admin API, with one
+ * topic-level config when `name` is not NULL. Fails the test on error. */
+void ts_create_topic(const char *topic, int partitions, const char *name, const char *value);
+/* Sets one topic-level config (AlterConfigs: the topic's other dynamic configs go back to their
+ * defaults). Fails the test on error. */
+void ts_alter_topic(const char *topic, const char *name, const char *value);
 /* Produces one message and waits for its delivery report; returns the error code. */
 rd_kafka_resp_err_t ts_produce(const char *topic, const char *key, const void *value, size_t len);
 
