@@ -21,8 +21,9 @@
 
 #define READY_OK "{\"ready\":true,\"database\":\"ok\",\"kafka\":\"ok\",\"stopping\":false}"
 
-/* Every committed row of `topic` arrived as written, in key order, once. */
-static void verify_all(PGconn *c, const char *topic, size_t rows) {
+/* Every committed row of `topic` arrived as written, in key order, and at most `max_dup` twice
+ * (duplicates only after a fault: a broker that went away with messages in flight). */
+static void verify_all(PGconn *c, const char *topic, size_t rows, size_t max_dup) {
         const char *topics[] = { topic, NULL };
         struct ts_msgs m;
         struct ts_verify v;
@@ -34,7 +35,7 @@ static void verify_all(PGconn *c, const char *topic, size_t rows) {
         assert_int_equal(v.mismatched, 0);
         assert_int_equal(v.unexpected, 0);
         assert_int_equal(v.order_violations, 0);
-        assert_int_equal(v.duplicates, 0);
+        assert_true(v.duplicates <= max_dup);
         ts_msgs_free(&m);
 }
 
@@ -141,7 +142,7 @@ static void probes_follow_the_relay(void **state) {
         assert_int_equal(ts_http(addr, "GET", "/metrics/x", NULL), 404);
 
         insert_rows(c, topic, 1, 300);
-        verify_all(c, topic, 300);
+        verify_all(c, topic, 300, 0);
         /* published_total says what the consumer verified; the lag falls to 0 */
         snprintf(series, sizeof(series), "outbox_relay_events_published_total{topic=\"%s\"}", topic);
         wait_metric(addr, series, 300, 10000);
@@ -226,7 +227,7 @@ static void probes_follow_the_relay(void **state) {
         ts_testbed("kafka-start");
         ts_http_wait(addr, "/ready", 200, READY_OK, 60000);
         assert_true(ts_wait_drained(c, (const char *[]){ topic, NULL }, 60000));
-        verify_all(c, topic, 400);
+        verify_all(c, topic, 400, 100); /* the broker stopped with 100 rows to send */
         wait_metric(addr, series, 400, 10000);
         wait_metric(addr, "outbox_relay_pending_rows", 0, 10000);
         m = get_metrics(addr);
@@ -371,7 +372,7 @@ static void bad_requests_do_no_harm(void **state) {
 #else
         assert_true(rss_after - rss_before < 4096);
 #endif
-        verify_all(c, topic, (size_t)rows);
+        verify_all(c, topic, (size_t)rows, 0);
         snprintf(series, sizeof(series), "outbox_relay_events_published_total{topic=\"%s\"}", topic);
         wait_metric(addr, series, rows, 10000);
         assert_int_equal(ts_relay_stop(&r, SIGTERM, 20000), 0);
