@@ -116,9 +116,10 @@ step "fuzzing: the libFuzzer harnesses (tests/fuzz) with ASan+UBSan, ${FUZZ_SECO
 counted "fuzzing" scripts/fuzz.sh "$FUZZ_SECONDS"
 
 step "unit and integration tests again, everything built with AddressSanitizer + UndefinedBehaviorSanitizer"
-# Every unit test and every integration program but the four longest fault suites (suite 'long':
-# test_faults, test_promises, test_sharing, test_batch_faults, which the plain run has just
-# passed): the whole suite twice would not fit the CI's 15 minutes.
+# Every unit test and every integration program but those of suite 'long' (the fault suites
+# test_faults, test_promises, test_sharing, test_batch_faults, test_mock_faults, test_systemd, and
+# the chaos test, which the plain run has just passed): the whole suite twice would not fit the
+# CI's 15 minutes.
 rm -rf "$asan"
 meson setup "$asan" -Dwerror=true -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false \
         -Dbuildtype=debug -Dbench=disabled >/dev/null || fatal "meson setup (asan) failed"
