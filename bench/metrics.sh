@@ -94,6 +94,11 @@ for ((i = 1; i <= ROUNDS; i++)); do
 done
 moff=$(median "${off[@]}")
 mon=$(median "${on[@]}")
+ratios=()
+for ((i = 0; i < ROUNDS; i++)); do
+        ratios+=("$(calc "${on[i]} / ${off[i]}")")
+done
+mratio=$(median "${ratios[@]}")
 {
         echo "### /metrics on vs off ($(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/metrics.sh\`, one relay, defaults, $ROWS rows, 10,000 keys, in turns)"
         echo
@@ -102,7 +107,8 @@ mon=$(median "${on[@]}")
         for ((i = 0; i < ROUNDS; i++)); do
                 printf '| %d | %.0f | %.0f | %.3f |\n' $((i + 1)) "${off[i]}" "${on[i]}" "$(calc "${on[i]} / ${off[i]}")"
         done
-        printf '| median | %.0f | %.0f | **%.3f** |\n' "$moff" "$mon" "$(calc "$mon / $moff")"
+        printf '| median | %.0f | %.0f | %.3f |\n' "$moff" "$mon" "$(calc "$mon / $moff")"
+        printf '| median of the rounds'"'"' ratios | | | **%.3f** |\n' "$mratio"
         echo
         echo "Machine: $(nproc) cores, PostgreSQL, Kafka and the relay on it; durability as scripts/testbed.sh sets it."
 } | tee "$RESULTS"
