@@ -165,6 +165,16 @@ usec_t relay_deadline(const struct relay *r, usec_t deadline) {
         return deadline;
 }
 
+/* The deadline of one statement between batches: the server cancels it at statement_timeout and
+ * says so, and the connection stays; the client's own deadline is only for a server or a network
+ * that stopped answering, after which the connection is dropped. Equal, the two raced: a status
+ * look blocked on a locked table lost the connection instead of failing one statement. */
+#define DB_DEADLINE_GRACE (1 * USEC_PER_SEC)
+
+static usec_t db_deadline(const struct relay *r, usec_t now) {
+        return now + r->cfg->postgres.statement_timeout + DB_DEADLINE_GRACE;
+}
+
 void relay_serve(struct relay *r) {
         usec_t now = now_usec();
 
@@ -227,8 +237,7 @@ static void relay_status(struct relay *r, usec_t now) {
         r->status_published = t->published;
         r->next_status = now + 2 * USEC_PER_SEC;
         if (pg_connected(&r->pg) && !r->pg.in_tx &&
-            pg_lag(&r->pg, &look.lag, &look.pending, now + r->cfg->postgres.statement_timeout, err,
-                   sizeof(err)) == 0) {
+            pg_lag(&r->pg, &look.lag, &look.pending, db_deadline(r, now), err, sizeof(err)) == 0) {
                 look.known = true;
                 snprintf(lagbuf, sizeof(lagbuf), "lag %.2fs", (double)look.lag / USEC_PER_SEC);
         }
@@ -367,7 +376,7 @@ static void try_connect(struct relay *r, usec_t now) {
                 /* A member slot, so the relays start their claims at different key buckets and
                  * know how deep to look. Without one this relay still keeps order (the bucket locks
                  * do that); it only counts itself in, alone. */
-                if (pg_join(&r->pg, now_usec() + r->cfg->postgres.statement_timeout, err, sizeof(err)) < 0)
+                if (pg_join(&r->pg, db_deadline(r, now_usec()), err, sizeof(err)) < 0)
                         log_warning("no member slot on table '%s': %s", r->cfg->postgres.table, err);
                 r->next_members = 0;
         }
@@ -395,8 +404,7 @@ static void run_retention(struct relay *r, usec_t now) {
         long total = 0;
 
         do {
-                n = pg_retention(&r->pg, RETENTION_BATCH, now_usec() + r->cfg->postgres.statement_timeout,
-                                 err, sizeof(err));
+                n = pg_retention(&r->pg, RETENTION_BATCH, db_deadline(r, now_usec()), err, sizeof(err));
                 if (n < 0) {
                         log_warning("retention failed: %s", err);
                         break;
@@ -411,7 +419,7 @@ static void run_retention(struct relay *r, usec_t now) {
 /* The claim floor (floor.h): a look every second between batches, and now and then the guard
  * below it. A look that fails changes nothing (the floor stays as safe as it was). */
 static void step_floor(struct relay *r, usec_t now) {
-        usec_t deadline = now + r->cfg->postgres.statement_timeout;
+        usec_t deadline = db_deadline(r, now);
         int64_t before = r->floor.at;
         char err[512];
 
@@ -490,8 +498,8 @@ static void look_at_members(struct relay *r, usec_t now) {
         char err[512];
 
         r->next_members = now + USEC_PER_SEC;
-        if (pg_members(&r->pg, slots, ELEMENTSOF(slots), &n, &own, now + r->cfg->postgres.statement_timeout,
-                       err, sizeof(err)) < 0) {
+        if (pg_members(&r->pg, slots, ELEMENTSOF(slots), &n, &own, db_deadline(r, now), err, sizeof(err)) <
+            0) {
                 log_warning("looking at the relays sharing table '%s' failed: %s", r->cfg->postgres.table,
                             err);
                 return;
@@ -522,7 +530,7 @@ static void try_lead(struct relay *r, usec_t now) {
         char err[512];
         bool got;
 
-        if (pg_try_leader(&r->pg, &got, now + r->cfg->postgres.statement_timeout, err, sizeof(err)) < 0) {
+        if (pg_try_leader(&r->pg, &got, db_deadline(r, now), err, sizeof(err)) < 0) {
                 log_warning("taking the leader lock failed: %s", err);
                 r->next_leader_try = now + r->cfg->relay.poll_interval;
                 return;
