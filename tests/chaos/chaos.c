@@ -34,8 +34,8 @@
         "poll_interval = \"1s\"; batch_timeout = \"5s\"; drain_timeout = \"10s\"; status_interval = \"2s\";" \
         " batch_size = %d;"
 #define KAFKA_EXTRA "message_timeout_ms = 2000; reconnect_backoff_max_ms = 500;"
-#define GROUPS                                                        \
-        "retry = { base = \"100ms\"; cap = \"1s\"; };\n"              \
+#define GROUPS                                           \
+        "retry = { base = \"100ms\"; cap = \"1s\"; };\n" \
         "breaker = { failure_threshold = 3; cooldown = \"2s\"; };\n"
 
 /* ---- the seeded choices ---- */
@@ -107,7 +107,8 @@ static void *write_rows(void *arg) {
                          "       WHEN (%d + g) %% 9973 = 5 THEN convert_to(repeat('L', 900000), 'UTF8')"
                          "       WHEN (%d + g) %% 997 = 6 THEN convert_to(repeat('m', 65536), 'UTF8')"
                          "       WHEN (%d + g) %% 31 = 7 THEN ''::bytea"
-                         "       ELSE convert_to('w%d row ' || (%d + g) || repeat('.', (%d + g) %% 200), 'UTF8') END,"
+                         "       ELSE convert_to('w%d row ' || (%d + g) || repeat('.', (%d + g) %% 200), "
+                         "'UTF8') END,"
                          "  CASE WHEN (%d + g) %% %d = 11 THEN '[\"not\", \"an object\"]'::jsonb"
                          "       ELSE jsonb_build_object('writer', '%d', 'n', (%d + g)::text) END"
                          " FROM generate_series(0, %d) g",
@@ -157,10 +158,11 @@ static void relay_start(struct relay *x) {
         char group[256];
 
         relay_conf(group, sizeof(group), x->batch);
-        ts_relay_start_opts(&x->r, &(struct ts_relay_opts){ .relay_group = group,
-                                                            .kafka_extra = KAFKA_EXTRA,
-                                                            .extra_groups = GROUPS,
-                                                            .conninfo = x->conninfo });
+        ts_relay_start_opts(&x->r,
+                            &(struct ts_relay_opts){ .relay_group = group,
+                                                     .kafka_extra = KAFKA_EXTRA,
+                                                     .extra_groups = GROUPS,
+                                                     .conninfo = x->conninfo });
         x->running = true;
 }
 
@@ -198,9 +200,9 @@ enum kind {
         F_KINDS,
 };
 
-static const char *const kind_names[F_KINDS] = { "kill-9", "sigterm", "sigstop", "sighup",
-                                                 "sighup-broken", "link-cut", "pg-restart", "kafka-stop",
-                                                 "unwritable-topic" };
+static const char *const kind_names[F_KINDS] = { "kill-9",     "sigterm",       "sigstop",
+                                                 "sighup",     "sighup-broken", "link-cut",
+                                                 "pg-restart", "kafka-stop",    "unwritable-topic" };
 static const int weights[F_KINDS] = { 3, 2, 2, 2, 1, 2, 1, 1, 1 };
 
 struct active {
@@ -312,8 +314,8 @@ static void start_fault(void) {
                         sigterm_clean++;
                 else
                         ts_relay_dump_log(&x->r);
-                say("relay %d exited %d after %lld ms (%s); restarting", i, status, (long long)(ts_now_ms() - t),
-                    status == 0 ? "drained" : "NOT CLEAN");
+                say("relay %d exited %d after %lld ms (%s); restarting", i, status,
+                    (long long)(ts_now_ms() - t), status == 0 ? "drained" : "NOT CLEAN");
                 relay_start(x);
                 return;
         }
@@ -397,8 +399,8 @@ static void one_run(uint64_t seed, int seconds) {
         n_act = 0;
         memset(counts, 0, sizeof(counts));
         sigterm_stops = sigterm_clean = 0;
-        fprintf(stderr, "chaos: seed %" PRIu64 ", %d s of faults (replay: CHAOS_SEED=%" PRIu64 ")\n", seed, seconds,
-                seed);
+        fprintf(stderr, "chaos: seed %" PRIu64 ", %d s of faults (replay: CHAOS_SEED=%" PRIu64 ")\n", seed,
+                seconds, seed);
         topics[0] = ts_topic("chaos-hot");
         topics[1] = ts_topic("chaos-wide");
         topics[2] = ts_topic("chaos-flaky");
@@ -422,8 +424,13 @@ static void one_run(uint64_t seed, int seconds) {
         }
         for (int i = 0; i < WRITERS; i++) {
                 w[i] = (struct writer){ .id = i,
-                                        .topic = i == 1 ? topics[1] : i == 3 ? topics[2] : topics[0],
-                                        .keys = i == 0 ? 50 : i == 1 ? 10000 : i == 2 ? 0 : 100,
+                                        .topic = i == 1  ? topics[1]
+                                                : i == 3 ? topics[2]
+                                                         : topics[0],
+                                        .keys = i == 0   ? 50
+                                                : i == 1 ? 10000
+                                                : i == 2 ? 0
+                                                         : 100,
                                         .per_second = PER_SECOND / WRITERS };
                 if (pthread_create(&w[i].thread, NULL, write_rows, &w[i]) != 0)
                         fail_msg("cannot start a writer");
@@ -461,7 +468,8 @@ static void one_run(uint64_t seed, int seconds) {
                         fail_msg("chaos seed %" PRIu64 ": relay %d did not stop cleanly at the end", seed, i);
                 }
         events = ts_pg_int(c, "SELECT count(*) FROM outbox_test_copy WHERE id >= %" PRId64, first);
-        dead = ts_pg_int(c, "SELECT count(*) FROM outbox WHERE id >= %" PRId64 " AND dead_at IS NOT NULL", first);
+        dead = ts_pg_int(c, "SELECT count(*) FROM outbox WHERE id >= %" PRId64 " AND dead_at IS NOT NULL",
+                         first);
         designed = ts_pg_int(c,
                              "SELECT count(*) FROM outbox_test_copy WHERE id >= %" PRId64
                              " AND jsonb_typeof(headers) = 'array'",
@@ -473,15 +481,17 @@ static void one_run(uint64_t seed, int seconds) {
         ts_consume(list, (size_t)(events - dead), 180000, 3000, &msgs);
         ts_verify(c, list, &msgs, true, &v);
         for (int k = 0; k < F_KINDS; k++)
-                at += (size_t)snprintf(faults + at, sizeof(faults) - at, "%s%s %d", k ? ", " : "", kind_names[k],
-                                       counts[k]);
-        fprintf(stderr, "chaos: seed %" PRIu64 ", events %" PRId64 ", faults: %s; lost %zu, order violations %zu,"
-               " duplicates %zu (SIGTERM: %d, %d of %d stops clean), mismatched %zu, dead-lettered %" PRId64
-               " (designed %" PRId64 "), pending %" PRId64 "\n",
-               seed, events, faults, v.missing, v.order_violations, v.duplicates,
-               sigterm_stops - sigterm_clean, sigterm_clean, sigterm_stops, v.mismatched, dead, designed, pending);
-        if (!ok || v.missing || v.order_violations || v.mismatched || v.unexpected || sigterm_clean != sigterm_stops ||
-            dead != designed || pending)
+                at += (size_t)snprintf(faults + at, sizeof(faults) - at, "%s%s %d", k ? ", " : "",
+                                       kind_names[k], counts[k]);
+        fprintf(stderr,
+                "chaos: seed %" PRIu64 ", events %" PRId64 ", faults: %s; lost %zu, order violations %zu,"
+                " duplicates %zu (SIGTERM: %d, %d of %d stops clean), mismatched %zu, dead-lettered %" PRId64
+                " (designed %" PRId64 "), pending %" PRId64 "\n",
+                seed, events, faults, v.missing, v.order_violations, v.duplicates,
+                sigterm_stops - sigterm_clean, sigterm_clean, sigterm_stops, v.mismatched, dead, designed,
+                pending);
+        if (!ok || v.missing || v.order_violations || v.mismatched || v.unexpected ||
+            sigterm_clean != sigterm_stops || dead != designed || pending)
                 fail_msg("chaos seed %" PRIu64 " failed: replay with CHAOS_SEED=%" PRIu64, seed, seed);
         ts_msgs_free(&msgs);
         for (int i = 0; i < RELAYS; i++) {

@@ -54,9 +54,10 @@ static void puts_(struct buf *b, const char *s) {
 /* A JSON string: ASCII, escapes, two- and four-byte UTF-8, escaped surrogate pairs; sometimes
  * empty, sometimes long. */
 static void json_string(struct buf *b) {
-        static const char *const parts[] = { "a",      "Z",   "0", " ",  "-", "\\\"", "\\\\", "\\n", "\\t",
-                                             "\\u00e9", "é",  "€", "😀", "/", "\\ud83d\\ude00", "\\u0001",
-                                             "outbox", "id" };
+        static const char *const parts[] = { "a",       "Z",      "0",   " ",   "-",
+                                             "\\\"",    "\\\\",   "\\n", "\\t", "\\u00e9",
+                                             "é",       "€",      "😀",   "/",   "\\ud83d\\ude00",
+                                             "\\u0001", "outbox", "id" };
         unsigned len = pick(8) == 0 ? 200 + pick(2000) : pick(12);
 
         puts_(b, "\"");
@@ -85,8 +86,9 @@ static void json_object(struct buf *b, int depth, bool strings_only) {
 }
 
 static void json_value(struct buf *b, int depth) {
-        static const char *const scalars[] = { "0",     "-1",   "3.25", "1e308",  "-0.0", "12345678901234567890123",
-                                               "true",  "false", "null", "1E-7" };
+        static const char *const scalars[] = {
+                "0", "-1", "3.25", "1e308", "-0.0", "12345678901234567890123", "true", "false", "null", "1E-7"
+        };
         unsigned k = depth > 6 ? pick(2) : pick(5);
         char tmp[8];
 
@@ -186,9 +188,9 @@ static void random_rows_are_delivered_or_dead_lettered(void **state) {
                 struct buf key = { 0 };
                 unsigned pk = pick(10), pp = pick(200);
                 size_t plen = pp == 0 ? 1100000 + pick(100000) /* past Kafka's 1 MB */
-                              : pp < 3 ? 900000 + pick(50000) /* near it */
-                              : pp < 20 ? 0
-                                        : pick(pick(4) == 0 ? 65536 : 512);
+                        : pp < 3      ? 900000 + pick(50000) /* near it */
+                        : pp < 20     ? 0
+                                      : pick(pick(4) == 0 ? 65536 : 512);
                 char *payload = malloc(plen + 1);
                 const char *vals[4];
                 int lens[4], fmts[4] = { 0, 0, 1, 0 };
@@ -209,8 +211,9 @@ static void random_rows_are_delivered_or_dead_lettered(void **state) {
                 vals[2] = pp >= 3 && pp < 10 ? NULL : payload; /* tombstones */
                 vals[3] = h;
                 lens[2] = (int)plen;
-                res = PQexecParams(c, "INSERT INTO outbox (topic, key, payload, headers) VALUES ($1, $2, $3, $4::jsonb)",
-                                   4, NULL, vals, lens, fmts, 0);
+                res = PQexecParams(
+                        c, "INSERT INTO outbox (topic, key, payload, headers) VALUES ($1, $2, $3, $4::jsonb)",
+                        4, NULL, vals, lens, fmts, 0);
                 if (PQresultStatus(res) != PGRES_COMMAND_OK)
                         fail_msg("insert %d: %s\nheaders: %.300s", i, PQerrorMessage(c), h ? h : "NULL");
                 PQclear(res);
@@ -230,10 +233,11 @@ static void random_rows_are_delivered_or_dead_lettered(void **state) {
         for (int i = 0; i < 3; i++)
                 topics[i] = good[i];
         topics[3] = NULL;
-        delivered = (size_t)ts_pg_int(c,
-                                      "SELECT count(*) FROM outbox_test_copy t WHERE t.id >= %lld AND t.topic IN "
-                                      "('%s', '%s', '%s') AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = t.id)",
-                                      (long long)first, good[0], good[1], good[2]);
+        delivered = (size_t)ts_pg_int(
+                c,
+                "SELECT count(*) FROM outbox_test_copy t WHERE t.id >= %lld AND t.topic IN "
+                "('%s', '%s', '%s') AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = t.id)",
+                (long long)first, good[0], good[1], good[2]);
         ts_consume(topics, delivered, 120000, 2000, &msgs);
         ts_verify(c, topics, &msgs, true, &v);
         assert_int_equal(v.expected, delivered);
@@ -247,11 +251,12 @@ static void random_rows_are_delivered_or_dead_lettered(void **state) {
         /* every dead letter says why, in one of the relay's reasons (valid UTF-8: a text column
          * holds nothing else; a header's name is quoted as it is, control characters and all) */
         dead = ts_pg_int(c, "SELECT count(*) FROM outbox WHERE id >= %lld", (long long)first);
-        readable = ts_pg_int(c,
-                             "SELECT count(*) FROM outbox WHERE id >= %lld AND dead_at IS NOT NULL"
-                             " AND length(last_error) BETWEEN 10 AND 400"
-                             " AND last_error ~ '^(headers? |topic |Kafka refused the message: |delivery failed: )'",
-                             (long long)first);
+        readable = ts_pg_int(
+                c,
+                "SELECT count(*) FROM outbox WHERE id >= %lld AND dead_at IS NOT NULL"
+                " AND length(last_error) BETWEEN 10 AND 400"
+                " AND last_error ~ '^(headers? |topic |Kafka refused the message: |delivery failed: )'",
+                (long long)first);
         /* and only rows with something wrong are dead: a valid topic, headers that are NULL or an
          * object of strings without outbox-id, and a payload well within Kafka's limit */
         wrongly_dead = ts_pg_int(
@@ -260,19 +265,24 @@ static void random_rows_are_delivered_or_dead_lettered(void **state) {
                 " AND coalesce(octet_length(payload), 0) < 1000000"
                 " AND (headers IS NULL OR jsonb_typeof(headers) = 'null' OR (jsonb_typeof(headers) = 'object'"
                 "  AND NOT headers ? 'outbox-id'"
-                "  AND NOT EXISTS (SELECT 1 FROM jsonb_each(headers) e WHERE jsonb_typeof(e.value) <> 'string')))",
+                "  AND NOT EXISTS (SELECT 1 FROM jsonb_each(headers) e WHERE jsonb_typeof(e.value) <> "
+                "'string')))",
                 (long long)first, good[0], good[1], good[2]);
         fprintf(stderr,
-                "row fuzz: %d rows, %zu delivered as written, %lld dead-lettered (%lld with a readable reason),"
+                "row fuzz: %d rows, %zu delivered as written, %lld dead-lettered (%lld with a readable "
+                "reason),"
                 " %lld dead-lettered without a cause, 0 pending\n",
                 ROWS, delivered, (long long)dead, (long long)readable, (long long)wrongly_dead);
         if (readable != dead || wrongly_dead != 0) {
-                PGresult *r = PQexec(c, "SELECT id, topic, left(headers::text, 120), octet_length(payload), last_error"
-                                        " FROM outbox ORDER BY id DESC LIMIT 20");
+                PGresult *r =
+                        PQexec(c,
+                               "SELECT id, topic, left(headers::text, 120), octet_length(payload), last_error"
+                               " FROM outbox ORDER BY id DESC LIMIT 20");
 
                 for (int i = 0; i < PQntuples(r); i++)
-                        fprintf(stderr, "  %s | %s | %s | %s | %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
-                                PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
+                        fprintf(stderr, "  %s | %s | %s | %s | %s\n", PQgetvalue(r, i, 0),
+                                PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
+                                PQgetvalue(r, i, 4));
                 PQclear(r);
         }
         assert_int_equal(readable, dead);
