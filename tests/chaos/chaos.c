@@ -43,10 +43,7 @@
 static uint64_t rng;
 
 static uint64_t next(void) {
-        rng ^= rng >> 12;
-        rng ^= rng << 25;
-        rng ^= rng >> 27;
-        return rng * 2685821657736338717ULL;
+        return ts_rand(&rng);
 }
 
 static int pick(int lo, int hi) {

@@ -207,12 +207,7 @@ static size_t verify(PGconn *c, const char *topic, const char *bootstrap, size_t
                 v.unexpected,
                 (long long)ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NULL",
                                      topic));
-        assert_int_equal(v.expected, rows);
-        assert_int_equal(v.missing, 0);
-        assert_int_equal(v.mismatched, 0);
-        assert_int_equal(v.unexpected, 0);
-        assert_int_equal(v.order_violations, 0);
-        assert_true(v.duplicates <= max_dup);
+        ts_verify_assert(&v, rows, max_dup);
         assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic), 0);
         ts_msgs_free(&msgs);
         return v.duplicates;

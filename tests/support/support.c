@@ -1430,3 +1430,22 @@ void ts_alter_topic(const char *topic, const char *name, const char *value) {
         rd_kafka_ConfigResource_destroy(cr);
         rd_kafka_destroy(rk);
 }
+
+void ts_verify_assert(const struct ts_verify *v, size_t expected, size_t max_dup) {
+        assert_int_equal(v->expected, expected);
+        assert_int_equal(v->missing, 0);
+        assert_int_equal(v->mismatched, 0);
+        assert_int_equal(v->unexpected, 0);
+        assert_int_equal(v->order_violations, 0);
+        assert_true(v->duplicates <= max_dup);
+}
+
+uint64_t ts_rand(uint64_t *state) {
+        uint64_t x = *state ? *state : 1;
+
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        *state = x;
+        return x * 2685821657736338717ULL;
+}

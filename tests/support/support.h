@@ -220,3 +220,12 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
 /* Waits until no pending (not published, not dead) row of the topics is left; on a timeout says
  * how many are left and returns false. */
 bool ts_wait_drained(PGconn *c, const char *const *topics, int timeout_ms);
+/* What a user checks of a ts_verify: `expected` rows committed, each arrived as written (none
+ * missing, mismatched or unexpected), first deliveries in key order, at most `max_dup` twice.
+ * Fails the test otherwise. */
+void ts_verify_assert(const struct ts_verify *v, size_t expected, size_t max_dup);
+
+/* ---- seeded choices ---- */
+/* xorshift64*: the next number from *state (never 0), for tests that print their seed so a run
+ * can be replayed. */
+uint64_t ts_rand(uint64_t *state);
