@@ -30,43 +30,36 @@ static const char *kafka_state(const struct probe_state *s) {
         }
 }
 
-char *probe_ready_json(const struct probe_state *s) {
-        json_object *o = json_object_new_object();
-        char *out = NULL;
+/* The object as compact text in a heap string, or NULL when o is NULL (out of memory) or `built`
+ * is false (a member could not be added); o is freed either way. */
+static char *json_text(json_object *o, bool built) {
+        const char *text = o && built ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN) : NULL;
+        char *out = text ? strdup(text) : NULL;
 
-        if (!o)
-                return NULL;
-        if (json_object_object_add(o, "ready", json_object_new_boolean(probe_ready(s))) == 0 &&
-            json_object_object_add(o, "database",
-                                   json_object_new_string(s->db_connected ? "ok" : "not connected")) == 0 &&
-            json_object_object_add(o, "kafka", json_object_new_string(kafka_state(s))) == 0 &&
-            json_object_object_add(o, "stopping", json_object_new_boolean(s->stopping)) == 0) {
-                const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
-
-                out = text ? strdup(text) : NULL;
-        }
         json_object_put(o);
         return out;
 }
 
+char *probe_ready_json(const struct probe_state *s) {
+        json_object *o = json_object_new_object();
+        bool built = o && json_object_object_add(o, "ready", json_object_new_boolean(probe_ready(s))) == 0 &&
+                json_object_object_add(o, "database",
+                                       json_object_new_string(s->db_connected ? "ok" : "not connected")) ==
+                        0 &&
+                json_object_object_add(o, "kafka", json_object_new_string(kafka_state(s))) == 0 &&
+                json_object_object_add(o, "stopping", json_object_new_boolean(s->stopping)) == 0;
+
+        return json_text(o, built);
+}
+
 static char *health_json(const struct probe_state *s) {
         json_object *o = json_object_new_object();
-        char *out = NULL;
+        double ago = s->now > s->turn ? (double)(s->now - s->turn) / USEC_PER_SEC : 0.0;
+        bool built = o && json_object_object_add(o, "alive", json_object_new_boolean(probe_alive(s))) == 0 &&
+                json_object_object_add(o, "loop_turned_seconds_ago", json_object_new_double(ago)) == 0 &&
+                json_object_object_add(o, "stopping", json_object_new_boolean(s->stopping)) == 0;
 
-        if (!o)
-                return NULL;
-        if (json_object_object_add(o, "alive", json_object_new_boolean(probe_alive(s))) == 0 &&
-            json_object_object_add(o, "loop_turned_seconds_ago",
-                                   json_object_new_double(s->now > s->turn
-                                                                  ? (double)(s->now - s->turn) / USEC_PER_SEC
-                                                                  : 0.0)) == 0 &&
-            json_object_object_add(o, "stopping", json_object_new_boolean(s->stopping)) == 0) {
-                const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
-
-                out = text ? strdup(text) : NULL;
-        }
-        json_object_put(o);
-        return out;
+        return json_text(o, built);
 }
 
 /* A JSON body gets a newline, so curl in a terminal ends its line. */
