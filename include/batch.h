@@ -14,6 +14,8 @@
 enum row_state {
         ROW_CLAIMED, /* not handled (yet): left pending, untouched */
         ROW_HELD, /* not sent: an earlier row of its (topic, key) did not go through */
+        ROW_WAITING, /* not sent yet: an earlier batch still in flight has rows of its (topic, key)
+                      * whose fate is not known yet (batch_follow) */
         ROW_REFUSED, /* produce() refused it at once (err) */
         ROW_IN_FLIGHT, /* handed to librdkafka, its report is still to come */
         ROW_REPORTED, /* its delivery report came (err, partition) */
@@ -54,6 +56,11 @@ struct batch_row {
 
         /* The neighbours in the batch with the same (topic, key), -1 = none (batch_prepare). */
         int prev, next;
+        /* The first row of its (topic, key) in this batch only: the last row of the same
+         * (topic, key) in the newest earlier batch still in flight, which must be delivered
+         * before this one is sent (batch_follow); NULL = none. */
+        const struct batch *after;
+        size_t after_row;
 };
 
 /* What a batch says about Kafka's availability, for the circuit breaker. */
@@ -68,6 +75,11 @@ struct batch {
         struct batch_row *rows;
         size_t n;
         size_t sent_together; /* rows sent in the first round (each re-send goes alone) */
+        size_t waiting; /* rows in ROW_WAITING */
+        bool planned; /* batch_plan() ran: every row's fate is final */
+        /* (topic, key) -> its last row, for batch_follow() (open addressing, -1 = empty). */
+        int *index;
+        size_t index_size;
 
         /* batch_plan() fills these. */
         enum batch_verdict verdict;
@@ -93,8 +105,31 @@ int batch_prepare(struct batch *b);
  * of its (topic, key) was held back or refused: sending it would overtake that row. */
 bool batch_may_send(const struct batch *b, size_t i);
 
+/* The same question, with the answers a batch that follows others needs. */
+enum send_answer {
+        SEND_NOW,
+        SEND_WAIT, /* an earlier row of its (topic, key) is not resolved yet (in another batch, or
+                    * waiting itself): ask again when reports came */
+        SEND_HOLD, /* an earlier row of its (topic, key) was not delivered: never in this batch */
+        SEND_NEVER, /* it cannot become a message (the plan dead-letters it) */
+};
+enum send_answer batch_send_answer(const struct batch *b, size_t i);
+
+/* Links `later`'s first row of every (topic, key) to the last row of the same (topic, key) in
+ * `earlier`, unless it already follows a batch: called for every batch still in flight, newest
+ * first, so each row follows the newest. Rows without a key follow nothing. */
+void batch_follow(struct batch *later, const struct batch *earlier);
+
+/* Where the rows of row i's (topic, key) stand in batch b, up to and including row i (its last
+ * one, as batch_follow links): CLEAR when every one was delivered or is dead on its own (never
+ * to be sent, so it cannot be overtaken), BLOCKED when one was not delivered (held, refused,
+ * failed; or anything unresolved once the batch is planned), WAIT otherwise. */
+enum key_state { KEY_CLEAR, KEY_WAIT, KEY_BLOCKED };
+enum key_state batch_key_state(const struct batch *b, size_t i);
+
 /* What happened to row i. */
 void batch_held(struct batch *b, size_t i);
+void batch_waiting(struct batch *b, size_t i);
 void batch_sent(struct batch *b, size_t i, bool alone);
 void batch_refused(struct batch *b, size_t i, rd_kafka_resp_err_t err);
 void batch_reported(struct batch *b, size_t i, rd_kafka_resp_err_t err, int32_t partition);

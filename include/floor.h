@@ -28,6 +28,12 @@
 
 struct floor {
         int64_t at; /* claims read ids >= at; 0: the whole index */
+        /* The S of the last step that ended: a snapshot taken after that look sees every row
+         * with an id <= proven that will ever be committed (no transaction that could still
+         * commit one is running). 0 when nothing is proven (no step ended since the last reset,
+         * or rows were put back in line by hand). Lets batches overlap (overlap.h): a claim
+         * whose highest id is <= proven took every pending row of its range. */
+        int64_t proven;
         bool open; /* a step has begun and waits for its transactions to end */
         int64_t seq_last; /* the sequence's last value when it began */
         int64_t seq_node; /* and its relfilenode */
@@ -90,3 +96,7 @@ bool floor_guarded(struct floor *f, bool found, usec_t now);
 
 /* Back to 0, no step open: the floor is not known to be safe (e.g. a look failed half way). */
 void floor_reset(struct floor *f, usec_t now);
+
+/* Rows were put back in line below the floor (outbox_requeue's notification): nothing is proven
+ * any more, and the guard is due now. The floor itself stays until the guard has looked. */
+void floor_requeued(struct floor *f, usec_t now);

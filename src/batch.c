@@ -34,6 +34,7 @@ int batch_init(struct batch *b, size_t n) {
 
 void batch_free(struct batch *b) {
         free(b->rows);
+        free(b->index);
         memset(b, 0, sizeof(*b));
 }
 
@@ -59,7 +60,9 @@ int batch_prepare(struct batch *b) {
 
         while (size < 2 * b->n)
                 size *= 2;
-        last = malloc(size * sizeof(*last));
+        free(b->index);
+        b->index = last = malloc(size * sizeof(*last));
+        b->index_size = size;
         if (!last)
                 return -ENOMEM;
         for (size_t i = 0; i < size; i++)
@@ -85,8 +88,36 @@ int batch_prepare(struct batch *b) {
                 }
                 last[slot] = (int)i;
         }
-        free(last);
         return 0;
+}
+
+/* The last row of (topic, key) in b, or -1. */
+static int last_of(const struct batch *b, const char *topic, const char *key) {
+        if (!b->index || !key)
+                return -1;
+        for (size_t slot = hash_pair(topic, key) & (b->index_size - 1); b->index[slot] >= 0;
+             slot = (slot + 1) & (b->index_size - 1)) {
+                const struct batch_row *r = &b->rows[b->index[slot]];
+
+                if (r->key && strcmp(r->key, key) == 0 && strcmp(r->topic, topic) == 0)
+                        return b->index[slot];
+        }
+        return -1;
+}
+
+void batch_follow(struct batch *later, const struct batch *earlier) {
+        for (size_t i = 0; i < later->n; i++) {
+                struct batch_row *r = &later->rows[i];
+                int j;
+
+                if (!r->key || r->prev >= 0 || r->after)
+                        continue;
+                j = last_of(earlier, r->topic, r->key);
+                if (j >= 0) {
+                        r->after = earlier;
+                        r->after_row = (size_t)j;
+                }
+        }
 }
 
 static enum kind kind_of(const struct batch *b, const struct batch_row *r) {
@@ -96,6 +127,7 @@ static enum kind kind_of(const struct batch *b, const struct batch_row *r) {
         case ROW_CLAIMED:
                 return K_LEFT;
         case ROW_HELD:
+        case ROW_WAITING: /* still waiting when the plan is made: it was not sent */
                 return K_HELD;
         case ROW_IN_FLIGHT:
         case ROW_UNREPORTED:
@@ -134,11 +166,32 @@ static bool resolved(enum kind k) {
         return k == K_OK || k == K_DEAD;
 }
 
-bool batch_may_send(const struct batch *b, size_t i) {
+enum key_state batch_key_state(const struct batch *b, size_t i) {
+        for (int j = (int)i; j >= 0; j = b->rows[j].prev) {
+                const struct batch_row *e = &b->rows[j];
+                enum kind k = kind_of(b, e);
+
+                if (b->planned) {
+                        /* Final: delivered, or dead (never to be sent, so never overtaken). */
+                        if (e->action == ACT_FINISH || e->dead)
+                                continue;
+                        return KEY_BLOCKED;
+                }
+                if (k == K_OK || k == K_DEAD)
+                        continue;
+                if (e->state == ROW_IN_FLIGHT || e->state == ROW_WAITING || e->state == ROW_CLAIMED ||
+                    k == K_SUSPECT)
+                        return KEY_WAIT;
+                return KEY_BLOCKED;
+        }
+        return KEY_CLEAR;
+}
+
+enum send_answer batch_send_answer(const struct batch *b, size_t i) {
         const struct batch_row *r = &b->rows[i];
 
         if (r->map_error || r->topic_error)
-                return false;
+                return SEND_NEVER;
         /* The nearest earlier row of the sequence that is not dead decides: sent means its own
          * predecessors were fine; held back or refused means this one must wait too. */
         for (int j = r->prev; j >= 0; j = b->rows[j].prev) {
@@ -146,18 +199,48 @@ bool batch_may_send(const struct batch *b, size_t i) {
 
                 if (kind_of(b, e) == K_DEAD)
                         continue;
-                return e->state == ROW_IN_FLIGHT || e->state == ROW_REPORTED;
+                if (e->state == ROW_IN_FLIGHT || e->state == ROW_REPORTED)
+                        return SEND_NOW;
+                if (e->state == ROW_WAITING || e->state == ROW_CLAIMED)
+                        return SEND_WAIT;
+                return SEND_HOLD;
         }
-        return true;
+        /* The first of its sequence here: an earlier batch's rows of it must all be in Kafka
+         * first. Sent while they are only in flight, it could overtake one that then fails, and
+         * that batch's plan could not know (within one batch the plan sees both). */
+        if (r->after)
+                switch (batch_key_state(r->after, r->after_row)) {
+                case KEY_CLEAR:
+                        return SEND_NOW;
+                case KEY_WAIT:
+                        return SEND_WAIT;
+                case KEY_BLOCKED:
+                        return SEND_HOLD;
+                }
+        return SEND_NOW;
+}
+
+bool batch_may_send(const struct batch *b, size_t i) {
+        return batch_send_answer(b, i) == SEND_NOW;
 }
 
 void batch_held(struct batch *b, size_t i) {
+        if (b->rows[i].state == ROW_WAITING)
+                b->waiting--;
         b->rows[i].state = ROW_HELD;
+}
+
+void batch_waiting(struct batch *b, size_t i) {
+        if (b->rows[i].state != ROW_WAITING)
+                b->waiting++;
+        b->rows[i].state = ROW_WAITING;
 }
 
 void batch_sent(struct batch *b, size_t i, bool alone) {
         struct batch_row *r = &b->rows[i];
 
+        if (r->state == ROW_WAITING)
+                b->waiting--;
         r->state = ROW_IN_FLIGHT;
         r->alone = alone;
         r->err = RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -253,6 +336,7 @@ void batch_plan(struct batch *b, const struct batch_rules *rules, const struct p
         size_t n_at = 0;
         bool any_ok = false, answered = false, transient = false, fatal = false;
 
+        b->planned = false; /* the rows' actions are rewritten below */
         b->delivered = b->dead = b->failed = b->left = b->overtaken = 0;
         b->first_error = NULL;
         for (size_t i = 0; i < b->n; i++) {
@@ -387,4 +471,5 @@ void batch_plan(struct batch *b, const struct batch_rules *rules, const struct p
         if (rules->probe && b->verdict == VERDICT_FAILURE)
                 for (size_t i = 0; i < b->n; i++)
                         b->rows[i].probe_failed = b->rows[i].key && kind_of(b, &b->rows[i]) == K_TRANSIENT;
+        b->planned = true;
 }

@@ -40,6 +40,7 @@ enum floor_change floor_step(struct floor *f, const struct floor_look *l, usec_t
                         at = 0; /* ids below 1 (written by hand): no floor */
                 if (at > f->at)
                         f->at = at;
+                f->proven = f->seq_last;
         }
         f->open = true;
         f->seq_last = seq;
@@ -57,9 +58,15 @@ bool floor_guarded(struct floor *f, bool found, usec_t now) {
 
 void floor_reset(struct floor *f, usec_t now) {
         f->at = 0;
+        f->proven = 0;
         f->open = false;
         f->seq_last = 0;
         f->seq_node = 0;
         f->next_step = now + FLOOR_STEP_INTERVAL;
         f->next_guard = now + FLOOR_GUARD_INTERVAL;
+}
+
+void floor_requeued(struct floor *f, usec_t now) {
+        f->proven = 0;
+        f->next_guard = now;
 }

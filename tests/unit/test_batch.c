@@ -76,6 +76,9 @@ static void build(struct batch *b, const struct spec *rows, size_t n) {
                 case ROW_HELD:
                         batch_held(b, i);
                         break;
+                case ROW_WAITING:
+                        batch_waiting(b, i);
+                        break;
                 case ROW_REFUSED:
                         batch_refused(b, i, rows[i].err);
                         break;

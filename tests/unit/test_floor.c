@@ -203,6 +203,79 @@ static void reset_drops_the_step(void **state) {
         assert_int_equal(f.at, 0);
 }
 
+/* What a step proves: once a step ended, every row with an id up to its S is visible to a later
+ * snapshot (its transactions are over); nothing before, nothing after a reset or a requeue. */
+struct proven_case {
+        const char *name;
+        struct look_step steps[4];
+        size_t n;
+        int64_t proven[4]; /* after each look */
+};
+
+static const struct proven_case proven_cases[] = {
+        { "the first look proves nothing", { { false, 500, 900, 0, FLOOR_BEGAN, 0 } }, 1, { 0 } },
+        { "a step that ended proves its own S, not the look's",
+          { { false, 500, 900, 0, FLOOR_BEGAN, 0 }, { true, 520, 1000, 0, FLOOR_BEGAN, 520 } },
+          2,
+          { 0, 900 } },
+        { "waiting proves nothing new, the end proves the step's S",
+          { { false, 1, 100, 0, FLOOR_BEGAN, 0 },
+            { true, 50, 200, 0, FLOOR_BEGAN, 50 },
+            { false, 60, 300, 0, FLOOR_WAITING, 50 },
+            { true, 70, 400, 0, FLOOR_BEGAN, 70 } },
+          4,
+          { 0, 100, 100, 200 } },
+        { "proven even while rows are pending far below S (a backlog)",
+          { { false, 10, 5000, 0, FLOOR_BEGAN, 0 }, { true, 10, 6000, 0, FLOOR_BEGAN, 10 } },
+          2,
+          { 0, 5000 } },
+        { "the sequence went back: nothing proven",
+          { { false, NONE, 1000, 0, FLOOR_BEGAN, 0 },
+            { true, NONE, 1000, 0, FLOOR_BEGAN, 1001 },
+            { true, NONE, 10, 0, FLOOR_RESET, 0 } },
+          3,
+          { 0, 1000, 0 } },
+};
+
+static void proven_table(void **state) {
+        (void)state;
+        for (size_t i = 0; i < ELEMENTSOF(proven_cases); i++) {
+                const struct proven_case *c = &proven_cases[i];
+                struct floor f;
+                usec_t now = 0;
+
+                print_message("# %s\n", c->name);
+                floor_init(&f, now);
+                for (size_t j = 0; j < c->n; j++) {
+                        struct floor_look l = look_of(&c->steps[j]);
+
+                        assert_int_equal(floor_step(&f, &l, now), c->steps[j].change);
+                        assert_int_equal(f.proven, c->proven[j]);
+                        now += FLOOR_STEP_INTERVAL;
+                }
+        }
+}
+
+static void requeue_and_reset_take_the_proof_back(void **state) {
+        struct floor f;
+        struct floor_look begin = { .seq_last = 100, .seq_node = 1 },
+                          end = { .ended = true, .lowest = 40, .any = true, .seq_last = 200, .seq_node = 1 };
+
+        (void)state;
+        floor_init(&f, 0);
+        floor_step(&f, &begin, 0);
+        floor_step(&f, &end, S);
+        assert_int_equal(f.proven, 100);
+        floor_requeued(&f, 2 * S);
+        assert_int_equal(f.proven, 0);
+        assert_int_equal(f.at, 40); /* the guard decides about the floor */
+        assert_true(floor_guard_due(&f, 2 * S));
+        floor_step(&f, &end, 3 * S);
+        assert_int_equal(f.proven, 200);
+        floor_guarded(&f, true, 4 * S);
+        assert_int_equal(f.proven, 0);
+}
+
 struct usable_case {
         const char *name;
         struct floor_sequence seq;
@@ -244,6 +317,8 @@ int main(void) {
                 cmocka_unit_test(guard_table),
                 cmocka_unit_test(reset_drops_the_step),
                 cmocka_unit_test(usable_table),
+                cmocka_unit_test(proven_table),
+                cmocka_unit_test(requeue_and_reset_take_the_proof_back),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
