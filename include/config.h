@@ -51,7 +51,8 @@ struct relay_config {
         } kafka;
 
         struct {
-                int batch_size; /* 1..10000, default 500 */
+                int batch_size; /* 1..10000, default 2000 */
+                int pipelines; /* batches in flight at once, each on a connection of its own, 1..8, default 2 */
                 usec_t poll_interval; /* wait for NOTIFY at most this long, default 5s */
                 usec_t batch_timeout; /* deadline of one claim->publish->finish cycle, default 60s */
                 usec_t drain_timeout; /* on SIGTERM finish the batch in flight within, default 30s */

@@ -18,6 +18,7 @@ struct kafka_delivery {
         usec_t sent_at; /* when produce() took it (monotonic) */
         usec_t reported_at; /* when its report was served */
         usec_t latency; /* produce() to the broker's answer, as librdkafka measured it */
+        size_t *outstanding; /* the batch's count of reports still to come: one less when it lands */
 };
 
 /* Topics whose metadata the producer asked for up front (kafka_produce), at most this many. */
@@ -30,7 +31,8 @@ struct kafka {
         rd_kafka_topic_t *known[KAFKA_KNOWN_TOPICS];
         size_t n_known, last_known;
         usec_t topic_quiet_until; /* no metadata waits before this (the last one got no answer) */
-        size_t pending; /* delivery reports still to come */
+        size_t pending; /* delivery reports still to come, of every batch */
+        uint64_t reports; /* delivery reports served so far: a change means some batch moved */
         bool fatal; /* the producer hit a fatal error: stop and let systemd restart */
         char fatal_reason[512];
         char last_error[512]; /* newest client-level error (e.g. all brokers down), for logs */
@@ -44,14 +46,16 @@ int kafka_open(struct kafka *k, rd_kafka_conf_t *conf, char *err, size_t errsz);
 /* Flushes for at most `timeout`, purges what is left, destroys the producer. */
 void kafka_close(struct kafka *k, usec_t timeout);
 
-/* Enqueues one message; `d` receives its delivery report. `headers` is taken on success.
+/* Enqueues one message; `d` receives its delivery report, and `*outstanding` (the batch's own
+ * count, may be NULL) goes up by one now and down by one when it lands. `headers` is taken on
+ * success.
  * Returns the librdkafka error code (0 = enqueued); RD_KAFKA_RESP_ERR__QUEUE_FULL is
  * back-pressure for the caller to handle (serve reports, then try again). Waits only the first
  * time a topic is seen, up to KAFKA_TOPIC_WAIT_MS, for its metadata: librdkafka otherwise looks
  * unknown topics up once a second, and the first batch to a topic waited that long. */
 rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key, size_t key_len,
                                   const void *payload, size_t payload_len, int64_t timestamp_ms,
-                                  rd_kafka_headers_t *headers, struct kafka_delivery *d);
+                                  rd_kafka_headers_t *headers, struct kafka_delivery *d, size_t *outstanding);
 
 /* Serves delivery reports and client errors for up to timeout_ms. */
 void kafka_poll(struct kafka *k, int timeout_ms);

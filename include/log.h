@@ -37,6 +37,7 @@ enum log_event {
         LOG_EV_KAFKA_ERROR,
         LOG_EV_LEADER,
         LOG_EV_STANDBY,
+        LOG_EV_SHARING,
         _LOG_EV_MAX,
 };
 

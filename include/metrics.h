@@ -76,6 +76,8 @@ struct metrics_data {
         bool producer_ok; /* the producer exists and hit no fatal error */
         const char *ordering; /* "key", "single", "none" */
         unsigned relays; /* ordering = "key": relays on the table, this one included */
+        unsigned pipelines; /* ordering = "key": every relay's pipelines on the table; else this one's */
+        size_t in_flight; /* batches of this relay claimed and not yet finished */
         unsigned first_bucket; /* ordering = "key": where this relay's claims start */
         bool leader; /* ordering = "single": this relay publishes */
         size_t last_batch_keys; /* distinct (topic, key) pairs of the last batch */

@@ -58,7 +58,7 @@ struct pg {
         char *sql_leader;
         /* ordering = "key": the advisory lock classes of this table's key buckets and of its
          * relays' member slots (from the table's oid, set on connect), and this session's slot. */
-        int32_t bucket_class, member_class;
+        int32_t bucket_class, member_class, relay_class;
         int member_slot; /* -1: none */
         /* The claim floor (floor.h): claims and the lag query read ids >= claim_floor (set by the
          * caller, 0 = all). id_seq: the id column's sequence (oid), found on connect, or 0 when
@@ -68,6 +68,8 @@ struct pg {
         char floor_off[160];
         bool requeued; /* a notification said rows were put back in line (sql/003): the caller clears it */
         bool in_tx;
+        bool no_listen; /* a pipeline's connection: claims and finishes only, no LISTEN */
+        usec_t lock_timeout; /* the session's lock_timeout, 0 = none (set before connecting) */
         bool reprepare; /* a prepared statement went stale (ALTER TABLE): prepare them again */
         /* Called about once a second while a call waits on the server, so the caller can keep
          * serving its watchdog during a long but bounded wait. Optional. */
@@ -112,7 +114,9 @@ struct pg_skip {
 struct pg_order {
         unsigned first; /* the bucket tried first; the others follow round from it (share.h) */
         int depth; /* pending rows the claim looks at, at most */
-        bool alone; /* no other relay on the table: the table's lock, exclusive, instead of buckets */
+        bool alone; /* no other relay's pipeline on the table: rows in id order, no buckets */
+        int64_t start; /* the first id to claim (a chain, overlap.h); 0: from pg->claim_floor */
+        usec_t lock_wait; /* the longest a lock is waited for (0: statement_timeout); then -EAGAIN */
 };
 
 /* BEGIN and claim up to `limit` rows in id order, one round trip, leaving out what `skip`
@@ -121,7 +125,8 @@ struct pg_order {
  * their backlog is not read either (docs/claim.md). The transaction stays open (pg->in_tx) when
  * rows came back; an empty claim is committed at once. Every failure fills err:
  * -ECONNRESET: connection lost or not connected; -ETIMEDOUT: deadline passed (the connection is
- * then dropped); -EIO: a statement failed; -ENOMEM; -EPROTO: a result of the wrong shape;
+ * then dropped); -EIO: a statement failed; -EAGAIN: a lock was not had within order->lock_wait;
+ * -ENOMEM; -EPROTO: a result of the wrong shape;
  * -EINVAL: a NULL name in `skip`. With ordering = "key", `order` says where it starts taking
  * buckets and how deep it looks (NULL: from bucket 0, one batch deep); it takes buckets until
  * they cover a batch of the rows it looked at. */
@@ -143,14 +148,18 @@ void pg_rollback(struct pg *pg, usec_t deadline);
 int pg_try_leader(struct pg *pg, bool *leader, usec_t deadline, char *err, size_t errsz);
 
 /* ordering = "key": takes a member slot of the table (a session advisory lock; it ends with the
- * session), sets pg->member_slot. */
-int pg_join(struct pg *pg, usec_t deadline, char *err, size_t errsz);
+ * session), sets pg->member_slot: a pipeline's, or with `relay` a relay's (one per relay, so the
+ * relays can be counted apart from their pipelines). */
+int pg_join(struct pg *pg, bool relay, usec_t deadline, char *err, size_t errsz);
 
-/* ordering = "key": the member slots held on the table (up to cap), and whether our own slot is
- * held by this very backend (false behind a pooler in transaction mode: session locks are not
- * ours there). */
-int pg_members(struct pg *pg, int *slots, size_t cap, size_t *n, bool *own_held, usec_t deadline, char *err,
-               size_t errsz);
+/* ordering = "key": the pipelines' member slots held on the table (up to cap) and the backend
+ * holding each (a pooler in transaction mode hands a relay's statements to other backends: its
+ * session locks are then not its own), and how many relay slots are held. */
+int pg_members(struct pg *pg, int *slots, int *pids, size_t cap, size_t *n, unsigned *relays, usec_t deadline,
+               char *err, size_t errsz);
+
+/* The server process of the connection (PQbackendPID), 0 without one. */
+int pg_backend_pid(const struct pg *pg);
 
 /* finish = "mark": deletes up to `limit` marked rows older than the retention. Returns the count. */
 int pg_retention(struct pg *pg, int limit, usec_t deadline, char *err, size_t errsz);

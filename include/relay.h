@@ -12,6 +12,7 @@
 #include "kafka.h"
 #include "metrics.h"
 #include "notify.h"
+#include "overlap.h"
 #include "pause.h"
 #include "pg.h"
 #include "probe.h"
@@ -24,10 +25,29 @@ enum relay_state {
         RELAY_BACKOFF, /* the last batch failed transiently; waiting before the next */
 };
 
+/* One pipeline (relay.pipelines): a connection whose transactions are batches, one at a time. */
+struct lane {
+        struct pg pg;
+        unsigned index; /* 0 .. pipelines - 1 */
+        bool busy; /* a batch of it is in flight */
+};
+
+struct cycle;
+
 struct relay {
         struct relay_config *cfg; /* owned; replaced on reload */
         struct signal_flags *sig;
+        /* The relay's own connection: LISTEN, the claim floor's and the status looks, the members,
+         * retention, the leader lock. Never in a transaction. */
         struct pg pg;
+        struct lane lanes[SHARE_PIPELINES_MAX];
+        unsigned n_lanes;
+        /* The batches in flight, oldest first (each on its own lane), and how the next claim may
+         * follow them (overlap.h). */
+        struct cycle *flight[SHARE_PIPELINES_MAX];
+        size_t n_flight;
+        struct overlap overlap;
+        bool flight_moved; /* a batch finished this turn: later ones' waiting rows look again */
         struct kafka kafka;
         struct notifier notifier;
         struct rng rng;
@@ -65,6 +85,7 @@ struct relay {
         bool pooler_said; /* the lost session lock was logged */
         size_t last_keys; /* distinct (topic, key) pairs of the last batch */
         size_t last_in_view; /* ordering = "key": the pending rows the last claim looked at */
+        int last_got; /* rows the last claim took (-1: none yet) */
 
         /* Where the claims start reading the pending index (floor.c), and the transactions the
          * open step waits for (as pg_floor_look gave them). */

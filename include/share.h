@@ -20,9 +20,16 @@
 /* How deep a claim looks, in batches, at most (whatever the number of relays). */
 #define SHARE_DEPTH_MAX 8
 
+/* A relay's pipelines (relay.pipelines) at most: each is a connection of its own, and a member. */
+#define SHARE_PIPELINES_MAX 8
+
+/* Every pipeline of every relay on the table holds a member slot (a session advisory lock on its
+ * own connection), and every relay one relay slot besides. */
 struct share {
-        unsigned relays; /* live relays on the table, this one included; >= 1 */
-        unsigned rank; /* this relay's place among them: 0 .. relays - 1 */
+        unsigned members; /* pipelines on the table, ours included; >= own */
+        unsigned relays; /* relays on the table, this one included; >= 1 */
+        unsigned own; /* this relay's pipelines */
+        unsigned rank[SHARE_PIPELINES_MAX]; /* each of ours: its place among all: 0 .. members - 1 */
         unsigned empty; /* claims in a row that came back empty while others share the table */
 };
 
@@ -32,31 +39,34 @@ struct share {
 struct share_claim {
         unsigned first;
         int depth;
-        bool alone; /* no other relay in view: the claim takes the table's lock, not buckets */
+        bool alone; /* no other relay's pipeline in view: the claim takes no bucket (pg.c) */
 };
 
+/* One relay with one pipeline. */
 void share_init(struct share *s);
 
-/* A new view of the members: the member slots held on the table (each relay holds one session
- * lock), in any order, and this relay's own slot. Relays = how many; rank = how many slots below
- * ours. When our own slot is missing (the view is older than our lock), we count ourselves in.
- * Returns true when the count or our rank changed. */
-bool share_update(struct share *s, const int *slots, size_t n, int own);
+/* A new view of the members: the member slots held on the table, in any order (`slots`, n), our
+ * pipelines' own slots (`own`, n_own; -1 for a pipeline without one), and the relays counted.
+ * Members = the slots, ours counted in when the view is older than our locks; each of ours is
+ * ranked by how many members' slots are below its own (one without a slot after all the others).
+ * Returns true when the counts or a rank changed. */
+bool share_update(struct share *s, const int *slots, size_t n, const int *own, size_t n_own, unsigned relays);
 
-/* Where the next claim of up to `limit` rows starts and how deep it looks. The relays start
- * evenly spread over the buckets, so they seldom try the same ones. Alone it looks one batch
- * deep; with R relays R + 1 batches (the first rows in view may be the others' open batches,
- * and their buckets' later rows too), at most SHARE_DEPTH_MAX. Alone, it takes the table's lock
- * (exclusive) instead of buckets: there is nobody to leave buckets to, and one lock costs less
- * than one per bucket of the batch; a stale view costs empty claims, never order (pg.c). */
-struct share_claim share_claim(const struct share *s, int limit);
+/* Where pipeline p's next claim of up to `limit` rows starts and how deep it looks. The
+ * pipelines start evenly spread over the buckets, so they seldom try the same ones. With others
+ * on the table it looks (members + 1) batches deep (the first rows in view may be the other
+ * pipelines' open batches, and their buckets' later rows too), at most SHARE_DEPTH_MAX; alone (no
+ * pipeline but ours) it takes no bucket at all and looks one batch deep: our own pipelines chain
+ * their claims instead (overlap.h), and a stale view costs a wait for the others' rows, never
+ * order (pg.c). */
+struct share_claim share_claim(const struct share *s, unsigned p, int limit);
 
 /* After a claim that returned `got` of up to `limit` rows, having looked at `in_view` pending
  * rows: how long until the next claim, 0 for at once. A full batch: at once. A short batch that
  * took every row it looked at: the table is drained, wait `poll_interval` (a notification comes
  * sooner). A short batch that left rows it looked at: they are in other relays' open batches,
  * which end within milliseconds, and the rows behind them are free: at once. An empty claim
- * (which says nothing about what it looked at): alone, the table is drained (`poll_interval`);
- * with others, their open batches may hold every row in view: SHARE_BUSY_WAIT, doubling for
- * each empty claim in a row, up to `poll_interval`. */
+ * (which says nothing about what it looked at): alone (no other relay's pipeline), the table is
+ * drained (`poll_interval`); with others, their open batches may hold every row in view:
+ * SHARE_BUSY_WAIT, doubling for each empty claim in a row, up to `poll_interval`. */
 usec_t share_next_wait(struct share *s, size_t got, size_t in_view, int limit, usec_t poll_interval);

@@ -72,6 +72,7 @@ static const struct key keys[] = {
           .def = SEC(30), .restart = true },
 
         { "relay", "batch_size", KEY_INT, OFF(relay.batch_size), 1, 10000, .def = 2000 },
+        { "relay", "pipelines", KEY_INT, OFF(relay.pipelines), 1, 8, .def = 2, .restart = true },
         { "relay", "poll_interval", KEY_DURATION, OFF(relay.poll_interval), MSEC(10), MIN(10),
           .def = SEC(5) },
         { "relay", "batch_timeout", KEY_DURATION, OFF(relay.batch_timeout), SEC(1), HOUR(1), .def = SEC(60),

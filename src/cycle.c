@@ -1,4 +1,4 @@
-/* cycle.c -- One batch's life: claim -> produce -> await -> re-send suspects alone -> plan -> finish; the rules live in batch.c. */
+/* cycle.c -- One batch's life in steps the loop interleaves with other batches': claim and send what may go, send what waited for earlier batches, then re-send suspects alone, plan, finish; the rules live in batch.c and overlap.c. */
 #include "cycle.h"
 
 #include <errno.h>
@@ -12,25 +12,9 @@
 #include "log.h"
 #include "message.h"
 
-/* A probe risks a few rows, not a batch: enough to reach more than one topic, key and partition
- * (one broken partition must not read as "Kafka is down"), and rows spend no attempts when
- * nothing goes through. */
-#define PROBE_ROWS 8
-
-struct cycle {
-        struct pg_batch claimed;
-        struct batch b;
-        struct kafka_delivery *slots; /* librdkafka's opaque per row: its report lands here */
-        usec_t deadline; /* the whole cycle, finish included */
-        usec_t publish_deadline; /* producing and awaiting reports */
-        char *pairs; /* every row's headers, expanded ("name\0value\0" pairs), one after another */
-        struct cycle_headers {
-                size_t at, len; /* the row's pairs in `pairs`; len 0: none */
-                char *error; /* why its headers cannot be sent (headers.h), or NULL */
-        } * headers;
-};
-
-static void cycle_free(struct cycle *c) {
+void cycle_free(struct cycle *c) {
+        if (!c)
+                return;
         for (size_t i = 0; c->headers && i < c->claimed.n; i++)
                 free(c->headers[i].error);
         free(c->headers);
@@ -38,7 +22,7 @@ static void cycle_free(struct cycle *c) {
         pg_batch_clear(&c->claimed);
         batch_free(&c->b);
         free(c->slots);
-        memset(c, 0, sizeof(*c));
+        free(c);
 }
 
 /* Reads every row's headers (one buffer for the batch's pairs: they fit in the text they come
@@ -90,7 +74,7 @@ static rd_kafka_resp_err_t produce_row(struct relay *r, struct cycle *c, size_t 
                 if (ret < 0)
                         return RD_KAFKA_RESP_ERR__FAIL;
                 e = kafka_produce(&r->kafka, row->topic, row->key, row->key_len, row->payload,
-                                  row->payload_len, row->timestamp_ms, h, &c->slots[i]);
+                                  row->payload_len, row->timestamp_ms, h, &c->slots[i], &c->outstanding);
                 if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
                         return e;
                 rd_kafka_headers_destroy(h);
@@ -114,34 +98,51 @@ static void send_row(struct relay *r, struct cycle *c, size_t i, bool alone) {
                 batch_refused(&c->b, i, e);
 }
 
-/* Serves delivery reports until none is outstanding or the deadline passes, purges what is left,
- * and records every report. -ENOTRECOVERABLE when reports are still due after the purge (they
- * would write into this cycle's slots: the caller must keep them alive) or the producer broke;
- * -ECANCELED on a second signal. */
+/* The rows whose reports came since the last look take them in (other batches read them:
+ * batch_send_answer). */
+static void take_reports(struct relay *r, struct cycle *c) {
+        if (c->seen == r->kafka.reports)
+                return;
+        c->seen = r->kafka.reports;
+        for (size_t i = 0; i < c->b.n; i++)
+                if (c->b.rows[i].state == ROW_IN_FLIGHT && c->slots[i].reported)
+                        batch_reported(&c->b, i, c->slots[i].err, c->slots[i].partition);
+}
+
+/* Serves delivery reports until none of this batch's is outstanding or the deadline passes, purges
+ * what is left (every batch's: the producer's queue is one), and records every report.
+ * -ENOTRECOVERABLE when reports are still due after the purge (they would write into this cycle's
+ * slots: the caller must keep them alive) or the producer broke; -ECANCELED on a second signal. */
 static int await_reports(struct relay *r, struct cycle *c) {
         kafka_poll(&r->kafka, 0);
-        while (r->kafka.pending > 0 && !r->sig->hard_stop && !r->kafka.fatal) {
+        while (c->outstanding > 0 && !r->sig->hard_stop && !r->kafka.fatal) {
                 usec_t now = now_usec(), d = relay_deadline(r, c->publish_deadline);
+                int ms;
 
                 if (now >= d)
                         break;
-                kafka_flush(&r->kafka,
-                            (int)((d - now) / USEC_PER_MSEC > 100 ? 100 : (d - now) / USEC_PER_MSEC + 1));
+                ms = (int)((d - now) / USEC_PER_MSEC > 100 ? 100 : (d - now) / USEC_PER_MSEC + 1);
+                /* Alone in the producer, flush: what linger.ms holds back goes at once. With other
+                 * batches' messages in flight flush would wait for theirs too. */
+                if (r->kafka.pending == c->outstanding)
+                        kafka_flush(&r->kafka, ms);
+                else
+                        kafka_poll(&r->kafka, ms);
                 relay_serve(r);
         }
-        if (r->kafka.pending > 0) {
+        if (c->outstanding > 0) {
                 /* Purged messages report at once, as purge errors; bounded, like everything. */
                 usec_t until = now_usec() + 5 * USEC_PER_SEC;
 
                 kafka_purge_begin(&r->kafka);
-                while (r->kafka.pending > 0 && !r->sig->hard_stop && now_usec() < until) {
+                while (c->outstanding > 0 && !r->sig->hard_stop && now_usec() < until) {
                         kafka_poll(&r->kafka, 50);
                         relay_serve(r);
                 }
         }
-        if (r->kafka.pending > 0) {
+        if (c->outstanding > 0) {
                 snprintf(r->kafka.fatal_reason, sizeof(r->kafka.fatal_reason),
-                         "%zu delivery reports missing after purging", r->kafka.pending);
+                         "%zu delivery reports missing after purging", c->outstanding);
                 return -ENOTRECOVERABLE;
         }
         for (size_t i = 0; i < c->b.n; i++) {
@@ -154,6 +155,7 @@ static int await_reports(struct relay *r, struct cycle *c) {
                 else
                         batch_unreported(&c->b, i);
         }
+        c->seen = r->kafka.reports;
         if (r->sig->hard_stop)
                 return -ECANCELED;
         if (r->kafka.fatal)
@@ -163,14 +165,14 @@ static int await_reports(struct relay *r, struct cycle *c) {
 
 /* The claim leaves out paused topics and (topic, key) pairs; a probe also the keys earlier
  * probes failed on. */
-static int claim(struct relay *r, int limit, bool probe, struct cycle *c, usec_t now, char *err,
-                 size_t errsz) {
+static int claim(struct relay *r, struct lane *lane, int limit, bool probe, int64_t start, usec_t lock_wait,
+                 struct cycle *c, usec_t now, char *err, size_t errsz) {
         size_t n_keys = r->paused_keys.n + (probe ? r->probe_keys.n : 0);
         _cleanup_free_ const char **topics = calloc(r->paused_topics.n + 1, sizeof(char *));
         _cleanup_free_ const char **key_topics = calloc(n_keys + 1, sizeof(char *));
         _cleanup_free_ const char **keys = calloc(n_keys + 1, sizeof(char *));
         struct pg_skip skip = { .topics = topics, .key_topics = key_topics, .keys = keys };
-        struct pg_order order = { 0, limit, false };
+        struct pg_order order = { 0, limit, false, start, lock_wait };
         int ret;
 
         if (!topics || !key_topics || !keys) {
@@ -182,14 +184,17 @@ static int claim(struct relay *r, int limit, bool probe, struct cycle *c, usec_t
         if (probe)
                 skip.n_keys += pause_set_active(&r->probe_keys, now, key_topics + skip.n_keys,
                                                 keys + skip.n_keys, r->probe_keys.n);
+        c->covers = skip.n_topics == 0 && skip.n_keys == 0;
         if (r->cfg->relay.ordering == ORDERING_KEY) {
                 /* Where our buckets start, and deep enough to find a batch among the rows the
-                 * other relays hold. */
-                struct share_claim sc = share_claim(&r->share, limit);
+                 * other relays' pipelines hold. */
+                struct share_claim sc = share_claim(&r->share, lane->index, limit);
 
-                order = (struct pg_order){ sc.first, sc.depth, sc.alone };
+                order = (struct pg_order){ sc.first, sc.depth, sc.alone, start, lock_wait };
+                c->locked = !sc.alone;
+                c->covers = c->covers && sc.alone;
         }
-        ret = pg_claim(&r->pg, limit, &skip, &order, &c->claimed, c->deadline, err, errsz);
+        ret = pg_claim(&lane->pg, limit, &skip, &order, &c->claimed, c->deadline, err, errsz);
         r->last_in_view = c->claimed.in_view;
         return ret;
 }
@@ -264,7 +269,7 @@ static int finish(struct relay *r, struct cycle *c, char *err, size_t errsz) {
          * systemd (EXTEND_TIMEOUT_USEC), not the whole batch deadline. */
         if (r->stop_at && r->stop_at + r->cfg->relay.drain_timeout + 5 * USEC_PER_SEC < deadline)
                 deadline = r->stop_at + r->cfg->relay.drain_timeout + 5 * USEC_PER_SEC;
-        return pg_finish(&r->pg, done, n_done, fails, n_fails, deadline, err, errsz);
+        return pg_finish(&c->lane->pg, done, n_done, fails, n_fails, deadline, err, errsz);
 }
 
 /* The batch's figures for metrics.h: totals, the published rows by topic (one call per run of
@@ -343,106 +348,221 @@ static void account(struct relay *r, const struct batch *b) {
                            b->first_error);
 }
 
-int cycle_run(struct relay *r, usec_t now, bool probe, enum batch_verdict *verdict) {
-        struct cycle c = { 0 };
+/* Row i's turn: send it, hold it back for good, or let it wait. Once decided, a row no longer
+ * looks at the batch it followed (which may be freed after it). */
+static void decide(struct relay *r, struct cycle *c, size_t i) {
+        struct batch_row *row = &c->b.rows[i];
+
+        switch (batch_send_answer(&c->b, i)) {
+        case SEND_NOW:
+                send_row(r, c, i, false);
+                if (row->state == ROW_REFUSED && message_classify(row->err) == OUTCOME_FATAL)
+                        r->kafka.fatal = true; /* the error callback may not have run yet */
+                break;
+        case SEND_WAIT:
+                batch_waiting(&c->b, i);
+                return;
+        case SEND_HOLD:
+                batch_held(&c->b, i);
+                break;
+        case SEND_NEVER:
+                if (row->state == ROW_WAITING)
+                        batch_held(&c->b, i);
+                break;
+        }
+        row->after = NULL;
+}
+
+/* Every row still waiting, in id order (a row sent lets the next of its key go too). */
+static void decide_waiting(struct relay *r, struct cycle *c) {
+        for (size_t i = 0; i < c->b.n && c->b.waiting > 0 && !r->sig->hard_stop && !r->kafka.fatal; i++)
+                if (c->b.rows[i].state == ROW_WAITING)
+                        decide(r, c, i);
+}
+
+/* No more waiting: what still waits is held back (its earlier batch ran out of time). */
+static void stop_waiting(struct cycle *c) {
+        for (size_t i = 0; i < c->b.n && c->b.waiting > 0; i++)
+                if (c->b.rows[i].state == ROW_WAITING) {
+                        batch_held(&c->b, i);
+                        c->b.rows[i].after = NULL;
+                }
+}
+
+int cycle_start(struct relay *r, struct lane *lane, int limit, bool probe, int64_t start, usec_t lock_wait,
+                usec_t now, struct cycle **out) {
         /* Publishing may use the batch deadline less a reserve for the finish: a batch whose
          * deliveries ran to the deadline must still be able to record them and commit. */
         usec_t timeout = r->cfg->relay.batch_timeout;
         usec_t reserve = timeout / 4 < 5 * USEC_PER_SEC ? timeout / 4 : 5 * USEC_PER_SEC;
-        struct batch_rules rules = { .max_attempts = r->cfg->relay.max_attempts, .probe = probe };
-        int limit = probe && r->cfg->relay.batch_size > PROBE_ROWS ? PROBE_ROWS : r->cfg->relay.batch_size;
+        struct cycle *c = calloc(1, sizeof(*c));
         char err[512];
-        usec_t started = now_usec(), claimed_at, finish_at, finished_at;
+        int ret;
+
+        *out = NULL;
+        if (!c)
+                return -ENOMEM;
+        c->lane = lane;
+        c->limit = limit;
+        c->probe = probe;
+        c->started = now_usec();
+        c->deadline = now + timeout;
+        c->publish_deadline = c->deadline - reserve;
+        ret = claim(r, lane, limit, probe, start, lock_wait, c, now, err, sizeof(err));
+        if (ret == 0 && c->claimed.n == 0 && probe && r->probe_keys.n > 0) {
+                /* Only keys earlier probes failed on are left: try them again rather than
+                 * wait for their exclusion to run out while Kafka may be back. */
+                pause_set_clear(&r->probe_keys);
+                ret = claim(r, lane, limit, probe, start, lock_wait, c, now, err, sizeof(err));
+        }
+        if (ret == -EAGAIN) {
+                /* A lock not had within lock_wait: another batch holds it; later. */
+                log_debug("claim: %s", err);
+                cycle_free(c);
+                return ret;
+        }
+        if (ret < 0) {
+                log_warning("claiming rows failed: %s", err);
+                cycle_free(c);
+                return ret; /* the database's trouble, not Kafka's */
+        }
+        if (c->claimed.n == 0) {
+                cycle_free(c);
+                return 0;
+        }
+        c->claimed_at = now_usec();
+        ret = batch_init(&c->b, c->claimed.n);
+        c->slots = calloc(c->claimed.n, sizeof(*c->slots));
+        if (ret < 0 || !c->slots || expand_headers(c) < 0) {
+                ret = -ENOMEM;
+                goto rollback;
+        }
+        for (size_t i = 0; i < c->claimed.n; i++) {
+                const struct pg_row *row = &c->claimed.rows[i];
+
+                c->b.rows[i] = (struct batch_row){ .id = row->id,
+                                                   .topic = row->topic,
+                                                   .key = row->key,
+                                                   .attempts = row->attempts,
+                                                   .map_error = c->headers[i].error };
+        }
+        c->highest = c->claimed.rows[c->claimed.n - 1].id;
+        ret = batch_prepare(&c->b);
+        if (ret < 0)
+                goto rollback;
+        /* Rows of a (topic, key) that a batch still in flight holds too follow its newest one. */
+        if (r->cfg->relay.ordering != ORDERING_NONE)
+                for (size_t k = r->n_flight; k-- > 0;)
+                        batch_follow(&c->b, &r->flight[k]->b);
+
+        /* First round: every row that may go, in id order, together. */
+        c->seen = r->kafka.reports;
+        for (size_t i = 0; i < c->b.n && !r->sig->hard_stop && !r->kafka.fatal; i++)
+                decide(r, c, i);
+        *out = c;
+        return (int)c->b.n;
+
+rollback:
+        pg_rollback(&lane->pg, now_usec() + 5 * USEC_PER_SEC);
+        cycle_free(c);
+        return ret;
+}
+
+bool cycle_ready(struct relay *r, struct cycle *c, usec_t now) {
+        bool late = now >= relay_deadline(r, c->publish_deadline);
+        uint64_t before = c->seen;
+
+        take_reports(r, c);
+        if (c->b.waiting > 0) {
+                if (late || r->sig->hard_stop)
+                        stop_waiting(c);
+                else if (c->seen != before || r->flight_moved)
+                        decide_waiting(r, c);
+        }
+        return c->b.waiting == 0 && (c->outstanding == 0 || late);
+}
+
+void cycle_resolve(struct relay *r, struct cycle *c) {
+        take_reports(r, c);
+        decide_waiting(r, c);
+}
+
+int cycle_finish(struct relay *r, struct cycle *c, enum batch_verdict *verdict, bool *left_pending) {
+        struct batch_rules rules = { .max_attempts = r->cfg->relay.max_attempts, .probe = c->probe };
+        usec_t finish_at, finished_at;
+        char err[512];
         ssize_t j;
         int ret;
 
         *verdict = VERDICT_NONE;
-        c.deadline = now + timeout;
-        c.publish_deadline = c.deadline - reserve;
-        ret = claim(r, limit, probe, &c, now, err, sizeof(err));
-        if (ret == 0 && c.claimed.n == 0 && probe && r->probe_keys.n > 0) {
-                /* Only keys earlier probes failed on are left: try them again rather than
-                 * wait for their exclusion to run out while Kafka may be back. */
-                pause_set_clear(&r->probe_keys);
-                ret = claim(r, limit, probe, &c, now, err, sizeof(err));
-        }
-        if (ret < 0) {
-                log_warning("claiming rows failed: %s", err);
-                cycle_free(&c);
-                return ret; /* the database's trouble, not Kafka's */
-        }
-        if (c.claimed.n == 0)
-                return 0;
-        claimed_at = now_usec();
-        ret = batch_init(&c.b, c.claimed.n);
-        c.slots = calloc(c.claimed.n, sizeof(*c.slots));
-        if (ret < 0 || !c.slots || expand_headers(&c) < 0) {
-                ret = -ENOMEM;
-                goto rollback;
-        }
-        for (size_t i = 0; i < c.claimed.n; i++) {
-                const struct pg_row *row = &c.claimed.rows[i];
-
-                c.b.rows[i] = (struct batch_row){ .id = row->id,
-                                                  .topic = row->topic,
-                                                  .key = row->key,
-                                                  .attempts = row->attempts,
-                                                  .map_error = c.headers[i].error };
-        }
-        ret = batch_prepare(&c.b);
-        if (ret < 0)
-                goto rollback;
-
-        /* First round: every row that may go, in id order, together. */
-        for (size_t i = 0; i < c.b.n && !r->sig->hard_stop; i++) {
-                if (!batch_may_send(&c.b, i)) {
-                        if (!c.b.rows[i].map_error && !c.b.rows[i].topic_error)
-                                batch_held(&c.b, i);
-                        continue;
+        *left_pending = true;
+        stop_waiting(c);
+        ret = await_reports(r, c);
+        /* Then the suspects of a broker-side rejection, each alone, while time is left: "alone"
+         * means nothing else in the producer, other batches' messages included. */
+        while (ret == 0 && (j = batch_next_resend(&c->b)) >= 0 &&
+               now_usec() < relay_deadline(r, c->publish_deadline)) {
+                while (r->kafka.pending > 0 && !r->sig->hard_stop && !r->kafka.fatal &&
+                       now_usec() < relay_deadline(r, c->publish_deadline)) {
+                        kafka_flush(&r->kafka, 100);
+                        relay_serve(r);
                 }
-                send_row(r, &c, i, false);
-                if (c.b.rows[i].state == ROW_REFUSED && message_classify(c.b.rows[i].err) == OUTCOME_FATAL) {
-                        r->kafka.fatal = true; /* the error callback may not have run yet */
+                if (r->kafka.pending > 0)
                         break;
-                }
-        }
-        ret = await_reports(r, &c);
-        /* Then the suspects of a broker-side rejection, each alone, while time is left. */
-        while (ret == 0 && (j = batch_next_resend(&c.b)) >= 0 &&
-               now_usec() < relay_deadline(r, c.publish_deadline)) {
-                send_row(r, &c, (size_t)j, true);
-                ret = await_reports(r, &c);
+                send_row(r, c, (size_t)j, true);
+                ret = await_reports(r, c);
         }
         if (ret < 0)
                 goto rollback;
 
-        batch_plan(&c.b, &rules, &r->paused_keys);
-        *verdict = c.b.verdict;
-        if (c.b.verdict == VERDICT_FATAL) {
+        batch_plan(&c->b, &rules, &r->paused_keys);
+        *verdict = c->b.verdict;
+        if (c->b.verdict == VERDICT_FATAL) {
                 ret = -ENOTRECOVERABLE;
                 goto rollback;
         }
         finish_at = now_usec();
-        ret = finish(r, &c, err, sizeof(err));
+        ret = finish(r, c, err, sizeof(err));
         finished_at = now_usec();
         if (ret < 0) {
                 /* Nothing was changed: every row stays pending and is published again (the
                  * duplicates the design allows after a lost connection). */
-                log_warning("finishing a batch of %zu rows failed, they stay pending: %s", c.b.n, err);
+                log_warning("finishing a batch of %zu rows failed, they stay pending: %s", c->b.n, err);
                 *verdict = VERDICT_NONE;
                 goto rollback;
         }
-        apply_pauses(r, &c.b, now_usec());
-        record(r, &c, claimed_at - started, finished_at - finish_at, finished_at - started);
-        account(r, &c.b);
-        ret = (int)c.b.n;
-        cycle_free(&c);
-        return ret;
+        *left_pending = c->b.left + c->b.failed > 0;
+        apply_pauses(r, &c->b, now_usec());
+        record(r, c, c->claimed_at - c->started, finished_at - finish_at, finished_at - c->started);
+        account(r, &c->b);
+        return (int)c->b.n;
 
 rollback:
-        pg_rollback(&r->pg, now_usec() + 5 * USEC_PER_SEC);
-        if (ret == -ENOTRECOVERABLE && r->kafka.pending > 0)
-                c.slots = NULL; /* late reports still point into them: never freed, we exit */
-        cycle_free(&c);
+        pg_rollback(&c->lane->pg, now_usec() + 5 * USEC_PER_SEC);
+        if (ret == -ENOTRECOVERABLE && c->outstanding > 0)
+                c->slots = NULL; /* late reports still point into them: never freed, we exit */
         return ret;
+}
+
+void cycle_abandon(struct relay *r, struct cycle *c) {
+        usec_t until = now_usec() + 5 * USEC_PER_SEC;
+
+        /* What Kafka took of it goes out again: the duplicates the design allows after a fault. */
+        log_warning("giving up a batch of %zu rows in flight, they stay pending", c->b.n);
+        pg_rollback(&c->lane->pg, now_usec() + 5 * USEC_PER_SEC);
+        stop_waiting(c);
+        if (c->outstanding > 0)
+                kafka_purge_begin(&r->kafka);
+        while (c->outstanding > 0 && now_usec() < until) {
+                kafka_poll(&r->kafka, 50);
+                relay_serve(r);
+        }
+        if (c->outstanding > 0) {
+                /* Late reports would still write into it: never freed, and the relay exits. */
+                snprintf(r->kafka.fatal_reason, sizeof(r->kafka.fatal_reason),
+                         "%zu delivery reports missing after purging", c->outstanding);
+                r->kafka.fatal = true;
+                return;
+        }
+        cycle_free(c);
 }

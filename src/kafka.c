@@ -26,9 +26,12 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
                         d->latency = us >= 0 ? (usec_t)us : d->reported_at - d->sent_at;
                 }
+                if (d->outstanding && *d->outstanding)
+                        (*d->outstanding)--;
         }
         if (k->pending)
                 k->pending--;
+        k->reports++;
 }
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
@@ -106,7 +109,8 @@ static void know_topic(struct kafka *k, const char *topic) {
 
 rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key, size_t key_len,
                                   const void *payload, size_t payload_len, int64_t timestamp_ms,
-                                  rd_kafka_headers_t *headers, struct kafka_delivery *d) {
+                                  rd_kafka_headers_t *headers, struct kafka_delivery *d,
+                                  size_t *outstanding) {
         rd_kafka_resp_err_t e;
 
         memset(d, 0, sizeof(*d));
@@ -117,8 +121,12 @@ rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void
                               RD_KAFKA_V_VALUE((void *)payload, payload_len),
                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(timestamp_ms),
                               RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
-        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 k->pending++;
+                d->outstanding = outstanding;
+                if (outstanding)
+                        (*outstanding)++;
+        }
         return e;
 }
 

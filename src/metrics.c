@@ -33,6 +33,7 @@ int metrics_init(struct metrics *m, usec_t start_wall) {
         m->d.pending_rows = -1;
         m->d.ordering = "key";
         m->d.relays = 1;
+        m->d.pipelines = 1;
         m->d.start_time = (double)start_wall / USEC_PER_SEC;
         atomic_init(&m->turn, 0);
         atomic_init(&m->exiting, false);
@@ -224,8 +225,14 @@ int metrics_render(const struct metrics_data *d, const struct metrics_process *p
         fprintf(f, "outbox_relay_ordering_info{ordering=\"%s\"} 1\n", d->ordering);
         gauge(f, "outbox_relay_sharing_relays",
               "ordering = \"key\": relays that share the table, this one included (1 otherwise).", d->relays);
+        gauge(f, "outbox_relay_sharing_pipelines",
+              "ordering = \"key\": pipelines (relay.pipelines of every relay) that share the table, "
+              "this relay's included; this relay's pipelines otherwise.",
+              d->pipelines);
+        gauge(f, "outbox_relay_batches_in_flight", "Batches this relay claimed and has not finished yet.",
+              (double)d->in_flight);
         gauge(f, "outbox_relay_first_bucket_number",
-              "ordering = \"key\": the key bucket (of 256) where this relay's claims start.",
+              "ordering = \"key\": the key bucket (of 256) where this relay's first pipeline's claims start.",
               d->first_bucket);
         gauge(f, "outbox_relay_leader",
               "ordering = \"single\": 1 while this relay is the one publishing the table (1 in the other "

@@ -280,15 +280,6 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
  * the rows are locked with a plain FOR UPDATE, not SKIP LOCKED: a row locked by something else
  * (a program holding outbox rows) is waited for (statement_timeout bounds it) instead of
  * skipped, which could let a later row of its key go first. */
-/* The table's own lock, beside the buckets' (bucket SHARE_BUCKETS of the same class): a relay
- * that shares the table holds it shared, besides its buckets; a relay alone holds it exclusive
- * and no bucket. So a relay alone pays one lock per claim instead of one per bucket of its batch
- * (about 230 at 10,000 keys), and the two kinds of claim still exclude each other: a relay whose
- * view of the members is stale (it thinks it is alone, or another still thinks so) only gets an
- * empty claim until its next look. An uncorrelated subquery: one try per claim (an InitPlan),
- * before the first row is read. */
-#define TABLE_SHARED(cls) "(SELECT pg_try_advisory_xact_lock_shared(" cls ", 256))"
-#define TABLE_ALONE(cls) "(SELECT pg_try_advisory_xact_lock(" cls ", 256))"
 #define BUCKET_EXPR                                                \
         "((CASE WHEN o.key IS NULL THEN hashint8extended(o.id, 0)" \
         " ELSE hashtextextended(o.topic || E'\\x1f' || o.key, 0) END) & 255)::int4"
@@ -316,37 +307,42 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
         "   AND o.published_at IS NULL AND o.dead_at IS NULL"                                   \
         " ORDER BY o.id LIMIT $1 FOR UPDATE"
 /* Nothing paused: the head is the first `depth` pending rows in id order, with their buckets. */
-#define ORDERED_HEAD(depth, cls, floor)                                                       \
-        " head(id, b) AS MATERIALIZED ("                                                      \
-        "  SELECT o.id, " BUCKET_EXPR " FROM {table} o WHERE " TABLE_SHARED(                  \
-                cls) "   AND o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= " floor \
-                     " ORDER BY o.id LIMIT " depth "::int8),"
+#define ORDERED_HEAD(depth, floor)                                                 \
+        " head(id, b) AS MATERIALIZED ("                                           \
+        "  SELECT o.id, " BUCKET_EXPR " FROM {table} o"                            \
+        "   WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= " floor \
+        " ORDER BY o.id LIMIT " depth "::int8),"
 /* Nothing paused: $2 first bucket, $3 depth, $4 lock class, $5 floor. */
-static const char claim_ordered_tmpl[] = "WITH RECURSIVE" ORDERED_HEAD("$3", "$4::int4", "$5::int8")
-        ORDERED_PICK("$2::int4", "$4::int4") ORDERED_ROWS;
-/* Nothing paused, and no other relay on the table: the table's lock, exclusive, then the first
- * $1 pending rows in id order, as the unordered claim takes them but waiting for a row something
- * else holds rather than skipping it (see above). Seven columns (no count): the rows in view are the rows
- * it got. At 10,000 keys the bucket locks (even without the ring walk's counting) made the
- * claim of a relay alone 0.68-0.78 of the unordered one's rate in most drains (docs/ordering.md).
- * {table} is the table, {columns} the column list of claim_fmt; $2 the lock class, $3 the floor. */
-static const char claim_alone_tmpl[] = "{columns} FROM {table} o WHERE " TABLE_ALONE(
-        "$2::int4") " AND o.published_at IS NULL AND o.dead_at IS NULL"
-                    " AND o.id >= $3::int8 ORDER BY o.id LIMIT $1 FOR UPDATE";
+static const char claim_ordered_tmpl[] =
+        "WITH RECURSIVE" ORDERED_HEAD("$3", "$5::int8") ORDERED_PICK("$2::int4", "$4::int4") ORDERED_ROWS;
+/* Nothing paused, and no other relay's pipeline on the table (or ordering = "single", the one
+ * publisher): the first $1 pending rows in id order from $2, as the unordered claim takes them but
+ * waiting for a row something else holds rather than skipping it (see above), and no lock beside
+ * the rows': no other relay shares the table. So the claim takes every pending row of its range,
+ * and the next one can start right after it while this batch is in flight (overlap.h). A relay
+ * whose view of the others is stale (one just started) only waits for their rows until its next
+ * look, a second later: every claim takes its rows in id order without skipping any that another
+ * sharing relay could hold, so order holds, and no claim holds a row lock while waiting for
+ * another, so nothing waits in a cycle. At 10,000 keys the bucket locks (even without the ring
+ * walk's counting) made the claim of a relay alone 0.68-0.78 of the unordered one's rate in most
+ * drains (docs/ordering.md). Seven columns (no count): the rows in view are the rows it got.
+ * {table} is the table, {columns} the column list of claim_fmt. */
+static const char claim_alone_tmpl[] =
+        "{columns} FROM {table} o WHERE o.published_at IS NULL AND o.dead_at IS NULL"
+        " AND o.id >= $2::int8 ORDER BY o.id LIMIT $1 FOR UPDATE";
 /* Something paused: claim_skip_tmpl's candidates (already WITH RECURSIVE), then $6 first
  * bucket, $7 lock class. */
 static const char claim_skip_ordered_tail[] =
         ", head(id, b) AS MATERIALIZED ("
         "  SELECT o.id, " BUCKET_EXPR " FROM {table} o"
-        "   WHERE " TABLE_SHARED(
-                "$7::int4") " AND o.id = ANY(ARRAY(SELECT c.id FROM cand c ORDER BY c.id LIMIT $5::int8))"
-                            "   AND o.published_at IS NULL AND o.dead_at IS NULL)," ORDERED_PICK(
-                                    "$6::int4", "$7::int4") ORDERED_ROWS;
+        "   WHERE o.id = ANY(ARRAY(SELECT c.id FROM cand c ORDER BY c.id LIMIT $5::int8))"
+        "   AND o.published_at IS NULL AND o.dead_at IS NULL)," ORDERED_PICK("$6::int4", "$7::int4")
+                ORDERED_ROWS;
 
 static int order_claims(struct pg *pg, const char *table, const char *cols) {
         const char *final = strstr(claim_skip_tmpl, " {columns} FROM {table} o");
         _cleanup_free_ char *skip_tmpl = NULL;
-        char *a, *b, *c;
+        char *a, *b;
 
         if (!final ||
             asprintf(&skip_tmpl, "%.*s%s", (int)(final - claim_skip_tmpl), claim_skip_tmpl,
@@ -354,19 +350,15 @@ static int order_claims(struct pg *pg, const char *table, const char *cols) {
                 return -ENOMEM;
         a = sql_expand(claim_ordered_tmpl, table, cols);
         b = sql_expand(skip_tmpl, table, cols);
-        c = sql_expand(claim_alone_tmpl, table, cols);
-        if (!a || !b || !c) {
+        if (!a || !b) {
                 free(a);
                 free(b);
-                free(c);
                 return -ENOMEM;
         }
         free(pg->sql_claim);
         free(pg->sql_claim_skip);
-        free(pg->sql_claim_alone);
         pg->sql_claim = a;
         pg->sql_claim_skip = b;
-        pg->sql_claim_alone = c;
         return 0;
 }
 
@@ -394,6 +386,12 @@ int pg_init(struct pg *pg, const struct relay_config *cfg) {
                 pg->sql_claim_skip = cols ? sql_expand(claim_skip_tmpl, table, cols) : NULL;
                 if (pg->sql_claim_skip && cfg->relay.ordering == ORDERING_KEY &&
                     order_claims(pg, table, cols) < 0) {
+                        pg_done(pg);
+                        return -ENOMEM;
+                }
+                /* ordering = "key" alone, and "single": rows in id order, none skipped. */
+                if (cols && cfg->relay.ordering != ORDERING_NONE &&
+                    !(pg->sql_claim_alone = sql_expand(claim_alone_tmpl, table, cols))) {
                         pg_done(pg);
                         return -ENOMEM;
                 }
@@ -790,14 +788,15 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
                  " set_config('tcp_keepalives_idle', '%s', false),"
                  " set_config('tcp_keepalives_interval', '5', false),"
                  " set_config('tcp_keepalives_count', '3', false),"
-                 " set_config('tcp_user_timeout', '%s', false)",
-                 stmt, itx, idle, ktimeout);
+                 " set_config('tcp_user_timeout', '%s', false),"
+                 " set_config('lock_timeout', '%llu', false)",
+                 stmt, itx, idle, ktimeout, (unsigned long long)(pg->lock_timeout / USEC_PER_MSEC));
         r = exec_simple(pg, set_sql, deadline, err, errsz, "setting session timeouts");
         if (r < 0) {
                 pg_disconnect(pg);
                 return r == -EIO ? -ECONNREFUSED : r;
         }
-        r = exec_simple(pg, pg->sql_listen, deadline, err, errsz, "LISTEN");
+        r = pg->no_listen ? 0 : exec_simple(pg, pg->sql_listen, deadline, err, errsz, "LISTEN");
         if (r < 0) {
                 pg_disconnect(pg);
                 return r == -EIO ? -ECONNREFUSED : r;
@@ -809,7 +808,8 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
 
                 r = exec_one(pg,
                              "SELECT hashtext('outbox-relay/bucket ' || c.oid::text),"
-                             " hashtext('outbox-relay/member ' || c.oid::text)"
+                             " hashtext('outbox-relay/member ' || c.oid::text),"
+                             " hashtext('outbox-relay/relay ' || c.oid::text)"
                              " FROM (SELECT $1::text::regclass::oid AS oid) c",
                              1, params, 0, deadline, &res, err, errsz, "lock classes");
                 if (r < 0) {
@@ -818,6 +818,7 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
                 }
                 pg->bucket_class = (int32_t)strtol(PQgetvalue(res, 0, 0), NULL, 10);
                 pg->member_class = (int32_t)strtol(PQgetvalue(res, 0, 1), NULL, 10);
+                pg->relay_class = (int32_t)strtol(PQgetvalue(res, 0, 2), NULL, 10);
                 PQclear(res);
         }
         {
@@ -843,7 +844,7 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         return 0;
 }
 
-int pg_join(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
+int pg_join(struct pg *pg, bool relay, usec_t deadline, char *err, size_t errsz) {
         char cls[16];
         const char *params[1] = { cls };
         PGresult *res;
@@ -851,7 +852,7 @@ int pg_join(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
 
         if (!pg_connected(pg))
                 return not_connected(err, errsz, "member slot");
-        snprintf(cls, sizeof(cls), "%d", pg->member_class);
+        snprintf(cls, sizeof(cls), "%d", relay ? pg->relay_class : pg->member_class);
         /* The function scan hands the filter one slot at a time: LIMIT 1 stops at the first lock. */
         r = exec_one(
                 pg,
@@ -869,35 +870,44 @@ int pg_join(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         return 0;
 }
 
-int pg_members(struct pg *pg, int *slots, size_t cap, size_t *n, bool *own_held, usec_t deadline, char *err,
-               size_t errsz) {
-        char cls[16], own[16];
-        const char *params[2] = { cls, own };
+int pg_members(struct pg *pg, int *slots, int *pids, size_t cap, size_t *n, unsigned *relays, usec_t deadline,
+               char *err, size_t errsz) {
+        char cls[16], rcls[16];
+        const char *params[2] = { cls, rcls };
         PGresult *res;
         int r;
 
         *n = 0;
-        *own_held = false;
+        *relays = 0;
         if (!pg_connected(pg))
                 return not_connected(err, errsz, "members");
         snprintf(cls, sizeof(cls), "%d", pg->member_class);
-        snprintf(own, sizeof(own), "%d", pg->member_slot);
+        snprintf(rcls, sizeof(rcls), "%d", pg->relay_class);
         r = exec_one(pg,
-                     "SELECT l.objid::int8, l.objid::int8 = $2::int8 AND l.pid = pg_backend_pid()"
+                     "SELECT l.classid = ($1::int4)::oid, l.objid::int8, l.pid"
                      " FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted"
-                     "  AND l.classid = ($1::int4)::oid"
+                     "  AND l.classid IN (($1::int4)::oid, ($2::int4)::oid)"
                      "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
                      2, params, 0, deadline, &res, err, errsz, "members");
         if (r < 0)
                 return r;
         for (int i = 0; i < PQntuples(res); i++) {
-                if (*n < cap)
-                        slots[(*n)++] = (int)strtol(PQgetvalue(res, i, 0), NULL, 10);
-                if (strcmp(PQgetvalue(res, i, 1), "t") == 0)
-                        *own_held = true;
+                if (strcmp(PQgetvalue(res, i, 0), "t") != 0) {
+                        (*relays)++;
+                        continue;
+                }
+                if (*n >= cap)
+                        continue;
+                slots[*n] = (int)strtol(PQgetvalue(res, i, 1), NULL, 10);
+                pids[*n] = (int)strtol(PQgetvalue(res, i, 2), NULL, 10);
+                (*n)++;
         }
         PQclear(res);
         return 0;
+}
+
+int pg_backend_pid(const struct pg *pg) {
+        return pg->conn ? PQbackendPID(pg->conn) : 0;
 }
 
 int pg_consume_notifies(struct pg *pg) {
@@ -1058,7 +1068,7 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
         const char *params[8] = { lim };
         const char *sql, *stmt;
         bool ordered = pg->cfg->relay.ordering == ORDERING_KEY;
-        struct pg_order all = { 0, limit, false };
+        struct pg_order all = { 0, limit, false, 0, 0 };
         int nparams = 1;
         PGresult *res = NULL;
         int r;
@@ -1076,28 +1086,24 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
         snprintf(lim, sizeof(lim), "%d", limit);
         snprintf(first, sizeof(first), "%u", order->first % SHARE_BUCKETS);
         snprintf(cls, sizeof(cls), "%d", pg->bucket_class);
-        snprintf(floor, sizeof(floor), "%lld", (long long)claim_floor(pg));
+        snprintf(floor, sizeof(floor), "%lld",
+                 (long long)(order->start > 0 ? order->start : claim_floor(pg)));
         sql = pg->sql_claim;
         stmt = stmt_claim;
-        /* $2 floor */
+        /* $2 where to start */
         params[1] = floor;
         nparams = 2;
-        if (ordered) {
+        if (pg->cfg->relay.ordering == ORDERING_SINGLE || (ordered && order->alone)) {
+                /* the same two parameters, rows in id order without skipping any */
+                stmt = stmt_claim_alone;
+        } else if (ordered) {
+                /* $2 first bucket, $3 depth, $4 lock class, $5 floor */
                 snprintf(depth, sizeof(depth), "%d", order->depth > limit ? order->depth : limit);
-                if (order->alone) {
-                        /* $2 lock class, $3 floor */
-                        params[1] = cls;
-                        params[2] = floor;
-                        nparams = 3;
-                        stmt = stmt_claim_alone;
-                } else {
-                        /* $2 first bucket, $3 depth, $4 lock class, $5 floor */
-                        params[1] = first;
-                        params[2] = depth;
-                        params[3] = cls;
-                        params[4] = floor;
-                        nparams = 5;
-                }
+                params[1] = first;
+                params[2] = depth;
+                params[3] = cls;
+                params[4] = floor;
+                nparams = 5;
         }
         if (skip && (skip->n_topics || skip->n_keys)) {
                 if (any_null(skip->topics, skip->n_topics) || any_null(skip->key_topics, skip->n_keys) ||
@@ -1139,40 +1145,59 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
          * sorts them, where the index scan in id order stops after the rows it needs, and with
          * an estimate of a few rows for "topic >= t AND topic <= t" the planner preferred it.
          * It is also planned for its values each time (its pinned plans were chosen that way). */
-        if (!PQenterPipelineMode(pg->conn) ||
-            !PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
-            (sql == pg->sql_claim_skip &&
-             !PQsendQueryParams(pg->conn,
-                                "SELECT set_config('enable_bitmapscan', 'off', true),"
-                                " set_config('plan_cache_mode', 'force_custom_plan', true)",
-                                0, NULL, NULL, NULL, NULL, 0)) ||
-            !PQsendQueryPrepared(pg->conn, stmt, nparams, params, NULL, NULL, 1) || !PQpipelineSync(pg->conn))
-                return fail_conn(pg, -ECONNRESET, err, errsz, "claim");
-        pg->in_tx = true;
-        r = flush_out(pg, deadline);
-        if (r < 0)
-                goto lost;
-        /* BEGIN, the setting, the claim: the first failure is the one to report (the statements
-         * after it only say the pipeline was aborted). */
-        for (int i = 0, n = sql == pg->sql_claim_skip ? 3 : 2; i < n; i++) {
-                static const char *const what[] = { "BEGIN", "claim", "claim" };
-                bool last = i == n - 1;
-                int r2 = pipeline_result(pg, deadline, &res);
+        {
+                /* The settings of this transaction, in one statement after BEGIN. A bound on lock
+                 * waits (order->lock_wait): with other batches of this relay in flight, a claim
+                 * that waited for a lock (a row another relay holds; the table, queued behind an
+                 * ALTER TABLE or a TRUNCATE that itself waits for one of those batches) would hold
+                 * up the very loop that must finish them. */
+                char settings[256] = "";
+                size_t n = 0;
 
-                if (r2 < 0) {
-                        r = r2;
+                if (sql == pg->sql_claim_skip)
+                        n += (size_t)snprintf(settings + n, sizeof(settings) - n,
+                                              "SELECT set_config('enable_bitmapscan', 'off', true),"
+                                              " set_config('plan_cache_mode', 'force_custom_plan', true)");
+                if (order->lock_wait)
+                        n += (size_t)snprintf(
+                                settings + n, sizeof(settings) - n,
+                                "%s set_config('lock_timeout', '%llu', true)", n ? "," : "SELECT",
+                                (unsigned long long)((order->lock_wait + USEC_PER_MSEC - 1) / USEC_PER_MSEC));
+                if (!PQenterPipelineMode(pg->conn) ||
+                    !PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
+                    (n && !PQsendQueryParams(pg->conn, settings, 0, NULL, NULL, NULL, NULL, 0)) ||
+                    !PQsendQueryPrepared(pg->conn, stmt, nparams, params, NULL, NULL, 1) ||
+                    !PQpipelineSync(pg->conn))
+                        return fail_conn(pg, -ECONNRESET, err, errsz, "claim");
+                pg->in_tx = true;
+                r = flush_out(pg, deadline);
+                if (r < 0)
                         goto lost;
+                /* BEGIN, the settings, the claim: the first failure is the one to report (the
+                 * statements after it only say the pipeline was aborted). */
+                for (int i = 0, count = n ? 3 : 2; i < count; i++) {
+                        static const char *const what[] = { "BEGIN", "claim", "claim" };
+                        bool last = i == count - 1;
+                        int r2 = pipeline_result(pg, deadline, &res);
+
+                        if (r2 < 0) {
+                                r = r2;
+                                goto lost;
+                        }
+                        if (r == 0 && PQresultStatus(res) != (i == 0 ? PGRES_COMMAND_OK : PGRES_TUPLES_OK)) {
+                                const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+                                result_err(res, err, errsz, what[i]);
+                                note_stale_plan(pg, res);
+                                /* lock_not_available: the bound on lock waits ran out. */
+                                r = state && strcmp(state, "55P03") == 0 ? -EAGAIN : -EIO;
+                        }
+                        if (last && r == 0)
+                                b->res = res;
+                        else
+                                PQclear(res);
+                        res = NULL;
                 }
-                if (r == 0 && PQresultStatus(res) != (i == 0 ? PGRES_COMMAND_OK : PGRES_TUPLES_OK)) {
-                        result_err(res, err, errsz, what[i]);
-                        note_stale_plan(pg, res);
-                        r = -EIO;
-                }
-                if (last && r == 0)
-                        b->res = res;
-                else
-                        PQclear(res);
-                res = NULL;
         }
         r = r < 0 ? r : 0;
         {

@@ -1,4 +1,4 @@
-/* relay.c -- The relay loop: claim -> publish -> finish, wake on NOTIFY, reconnect, drain on stop. */
+/* relay.c -- The relay loop: claim -> publish -> finish with several batches in flight, wake on NOTIFY, reconnect, drain on stop. */
 #include "relay.h"
 
 #include <errno.h>
@@ -14,6 +14,10 @@
 /* The longest the loop sleeps, so signals and the watchdog are served promptly. */
 #define LOOP_SLICE (200 * USEC_PER_MSEC)
 #define RETENTION_BATCH 1000
+/* With batches in flight, a claim waits at most this long for a lock (cycle_start), and the
+ * relay's own connection's looks too (its session's lock_timeout). */
+#define CLAIM_LOCK_WAIT (200 * USEC_PER_MSEC)
+#define LOOK_LOCK_WAIT (1 * USEC_PER_SEC)
 #define RETENTION_EVERY (10 * USEC_PER_SEC)
 
 static void free_config(struct relay_config *c) {
@@ -41,6 +45,32 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
         r->pg.tick = watchdog_tick;
         r->pg.tick_arg = r;
         r->pg.cancel = &sig->hard_stop;
+        /* Its looks must not wait long behind a lock either (a TRUNCATE queued on the table
+         * waits for the batches in flight, which this loop finishes). */
+        r->pg.lock_timeout = LOOK_LOCK_WAIT;
+        r->n_lanes = cfg->relay.pipelines < 1                ? 1
+                : cfg->relay.pipelines > SHARE_PIPELINES_MAX ? SHARE_PIPELINES_MAX
+                                                             : (unsigned)cfg->relay.pipelines;
+        for (unsigned i = 0; i < r->n_lanes; i++) {
+                struct lane *l = &r->lanes[i];
+
+                ret = pg_init(&l->pg, cfg);
+                if (ret < 0) {
+                        while (i-- > 0)
+                                pg_done(&r->lanes[i].pg);
+                        pg_done(&r->pg);
+                        free_config(cfg);
+                        r->cfg = NULL;
+                        return ret;
+                }
+                l->index = i;
+                l->pg.no_listen = true;
+                l->pg.tick = watchdog_tick;
+                l->pg.tick_arg = r;
+                l->pg.cancel = &sig->hard_stop;
+        }
+        overlap_init(&r->overlap);
+        r->last_got = -1;
         notify_init(&r->notifier);
         rng_seed(&r->rng, (uint64_t)getpid() ^ wall_usec());
         backoff_init(&r->db_backoff, cfg->retry.base, cfg->retry.cap);
@@ -48,6 +78,8 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
         ret = breaker_init(&r->breaker, (unsigned)cfg->breaker.failure_threshold, cfg->breaker.failure_ratio,
                            (unsigned)cfg->breaker.window, cfg->breaker.cooldown, cfg->breaker.cooldown_max);
         if (ret < 0) {
+                for (unsigned i = 0; i < r->n_lanes; i++)
+                        pg_done(&r->lanes[i].pg);
                 pg_done(&r->pg);
                 free_config(cfg);
                 r->cfg = NULL;
@@ -67,6 +99,8 @@ int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *s
         ret = metrics_init(&r->metrics, wall_usec());
         if (ret < 0) {
                 breaker_done(&r->breaker);
+                for (unsigned i = 0; i < r->n_lanes; i++)
+                        pg_done(&r->lanes[i].pg);
                 pg_done(&r->pg);
                 free_config(cfg);
                 r->cfg = NULL;
@@ -89,6 +123,11 @@ void relay_done(struct relay *r) {
         atomic_store(&r->metrics.exiting, true);
         /* After a second signal nothing is waited for: what is in flight was rolled back. */
         kafka_close(&r->kafka, r->sig->hard_stop ? 0 : r->cfg->relay.drain_timeout);
+        /* Batches still in flight here are the ones whose reports never came (they would write
+         * into them): left as they are, the process ends. */
+        r->n_flight = 0;
+        for (unsigned i = 0; i < r->n_lanes; i++)
+                pg_done(&r->lanes[i].pg);
         pg_done(&r->pg);
         breaker_done(&r->breaker);
         pause_set_done(&r->paused_topics);
@@ -140,6 +179,8 @@ static void relay_reload(struct relay *r) {
         free_config(r->cfg);
         r->cfg = next;
         r->pg.cfg = next;
+        for (unsigned i = 0; i < r->n_lanes; i++)
+                r->lanes[i].pg.cfg = next;
         if (n > 0)
                 log_warning("reload: %s changed; that takes effect only after a restart", changed);
         log_event(LOG_NOTICE, LOG_EV_RELOAD, fields, "configuration reloaded from '%s'", r->cfg->file);
@@ -184,6 +225,27 @@ void relay_serve(struct relay *r) {
                 relay_stopping(r);
 }
 
+/* The relay's own connection and every pipeline's. */
+static bool all_connected(const struct relay *r) {
+        if (!pg_connected(&r->pg))
+                return false;
+        for (unsigned i = 0; i < r->n_lanes; i++)
+                if (!pg_connected(&r->lanes[i].pg))
+                        return false;
+        return true;
+}
+
+static void disconnect_all(struct relay *r) {
+        pg_disconnect(&r->pg);
+        for (unsigned i = 0; i < r->n_lanes; i++)
+                pg_disconnect(&r->lanes[i].pg);
+}
+
+/* Other relays' pipelines share the table (ordering = "key"): claims take key buckets. */
+static bool sharing(const struct relay *r) {
+        return r->cfg->relay.ordering == ORDERING_KEY && !share_claim(&r->share, 0, 1).alone;
+}
+
 struct lag_look {
         bool known;
         usec_t lag;
@@ -202,7 +264,7 @@ static void set_lag(struct metrics_data *d, void *arg) {
 static void set_gauges(struct metrics_data *d, void *arg) {
         const struct relay *r = arg;
 
-        d->db_connected = pg_connected(&r->pg) && r->state != RELAY_CONNECTING;
+        d->db_connected = all_connected(r) && r->state != RELAY_CONNECTING;
         d->producer_ok = r->kafka.rk && !r->kafka.fatal;
         d->breaker_state = r->breaker.state == BREAKER_OPEN ? 2
                 : r->breaker.state == BREAKER_HALF_OPEN     ? 1
@@ -210,7 +272,9 @@ static void set_gauges(struct metrics_data *d, void *arg) {
         d->paused_topics = pause_set_count_active(&r->paused_topics, now_usec());
         d->paused_keys = pause_set_count_active(&r->paused_keys, now_usec());
         d->relays = r->cfg->relay.ordering == ORDERING_KEY ? r->share.relays : 1;
-        d->first_bucket = r->cfg->relay.ordering == ORDERING_KEY ? share_claim(&r->share, 1).first : 0;
+        d->pipelines = r->cfg->relay.ordering == ORDERING_KEY ? r->share.members : r->n_lanes;
+        d->in_flight = r->n_flight;
+        d->first_bucket = r->cfg->relay.ordering == ORDERING_KEY ? share_claim(&r->share, 0, 1).first : 0;
         d->leader = r->cfg->relay.ordering != ORDERING_SINGLE || r->leader;
         d->last_batch_keys = r->last_keys;
 }
@@ -222,8 +286,8 @@ static void publish_gauges(struct relay *r) {
 /* STATUS= every few seconds: totals, rate, lag (age of the oldest pending row), breaker and
  * database state. The figures are those of /metrics (metrics.h), read at the same moment. */
 static void relay_status(struct relay *r, usec_t now) {
-        char status[448], lagbuf[48] = "lag ?", err[256], sharing[128] = "";
-        const char *db = pg_connected(&r->pg) ? "database ok" : "database unavailable";
+        char status[448], lagbuf[48] = "lag ?", err[256], shared_by[128] = "";
+        const char *db = all_connected(r) ? "database ok" : "database unavailable";
         const struct metrics_totals *t = &r->metrics.d.totals;
         struct lag_look look = { 0 };
         double rate = 0;
@@ -236,7 +300,7 @@ static void relay_status(struct relay *r, usec_t now) {
         r->status_at = now;
         r->status_published = t->published;
         r->next_status = now + 2 * USEC_PER_SEC;
-        if (pg_connected(&r->pg) && !r->pg.in_tx &&
+        if (pg_connected(&r->pg) &&
             pg_lag(&r->pg, &look.lag, &look.pending, db_deadline(r, now), err, sizeof(err)) == 0) {
                 look.known = true;
                 snprintf(lagbuf, sizeof(lagbuf), "lag %.2fs", (double)look.lag / USEC_PER_SEC);
@@ -252,8 +316,9 @@ static void relay_status(struct relay *r, usec_t now) {
                 return;
         }
         if (r->cfg->relay.ordering == ORDERING_KEY)
-                snprintf(sharing, sizeof(sharing), ", %u relay(s) on the table, %zu keys in the last batch",
-                         r->share.relays, r->last_keys);
+                snprintf(shared_by, sizeof(shared_by),
+                         ", %u relay(s) on the table (%u pipelines, %u here), %zu keys in the last batch",
+                         r->share.relays, r->share.members, r->share.own, r->last_keys);
         snprintf(status, sizeof(status),
                  "published %" PRIu64 " (%.0f/s), %s, dead-lettered %" PRIu64 ", %s, %s%s", t->published,
                  rate, lagbuf, t->dead_lettered, db,
@@ -261,7 +326,7 @@ static void relay_status(struct relay *r, usec_t now) {
                          : r->breaker.state == BREAKER_HALF_OPEN ? "kafka probing (breaker half-open)"
                          : r->state == RELAY_BACKOFF             ? "kafka failing, retrying"
                                                                  : "kafka ok",
-                 sharing);
+                 shared_by);
         notify_status(&r->notifier, status);
         if (now >= r->next_summary) {
                 if (t->published != r->last_summary.published ||
@@ -270,7 +335,7 @@ static void relay_status(struct relay *r, usec_t now) {
                                   "summary: published %" PRIu64 " (+%" PRIu64 "), dead-lettered %" PRIu64
                                   ", failed deliveries %" PRIu64 ", batches %" PRIu64 "%s",
                                   t->published, t->published - r->last_summary.published, t->dead_lettered,
-                                  t->failed, t->batches, sharing);
+                                  t->failed, t->batches, shared_by);
                 r->last_summary = *t;
                 r->next_summary = now + r->cfg->relay.status_interval;
         }
@@ -348,9 +413,21 @@ static void drop_floor(struct relay *r, usec_t now) {
         r->pg.claim_floor = 0;
 }
 
+/* The relay's own connection, then every pipeline's: all or none (a half-connected relay would
+ * only wait for the rest). */
+static int connect_all(struct relay *r, usec_t now, char *err, size_t errsz) {
+        int ret = pg_connect(&r->pg, now + r->cfg->postgres.connect_timeout, err, errsz);
+
+        for (unsigned i = 0; ret >= 0 && i < r->n_lanes; i++)
+                ret = pg_connect(&r->lanes[i].pg, now_usec() + r->cfg->postgres.connect_timeout, err, errsz);
+        if (ret < 0)
+                disconnect_all(r);
+        return ret;
+}
+
 static void try_connect(struct relay *r, usec_t now) {
         char err[512];
-        int ret = pg_connect(&r->pg, now + r->cfg->postgres.connect_timeout, err, sizeof(err));
+        int ret = connect_all(r, now, err, sizeof(err));
 
         if (ret < 0) {
                 char what[600];
@@ -370,14 +447,18 @@ static void try_connect(struct relay *r, usec_t now) {
                 log_event(LOG_NOTICE, LOG_EV_DB_BACK, NULL,
                           "connected to PostgreSQL again after %u failed attempts", r->db_backoff.attempt);
         else
-                log_info("connected to PostgreSQL, listening on '%s'", r->cfg->postgres.channel);
+                log_info("connected to PostgreSQL (%u pipeline(s) and one connection listening on '%s')",
+                         r->n_lanes, r->cfg->postgres.channel);
         backoff_reset(&r->db_backoff);
         if (r->cfg->relay.ordering == ORDERING_KEY) {
-                /* A member slot, so the relays start their claims at different key buckets and
-                 * know how deep to look. Without one this relay still keeps order (the bucket locks
-                 * do that); it only counts itself in, alone. */
-                if (pg_join(&r->pg, db_deadline(r, now_usec()), err, sizeof(err)) < 0)
-                        log_warning("no member slot on table '%s': %s", r->cfg->postgres.table, err);
+                /* A member slot per pipeline and a relay slot, so the pipelines start their claims
+                 * at different key buckets and know how deep to look. Without one this relay still
+                 * keeps order (the bucket locks do that); it only counts itself in. */
+                if (pg_join(&r->pg, true, db_deadline(r, now_usec()), err, sizeof(err)) < 0)
+                        log_warning("no relay slot on table '%s': %s", r->cfg->postgres.table, err);
+                for (unsigned i = 0; i < r->n_lanes; i++)
+                        if (pg_join(&r->lanes[i].pg, false, db_deadline(r, now_usec()), err, sizeof(err)) < 0)
+                                log_warning("no member slot on table '%s': %s", r->cfg->postgres.table, err);
                 r->next_members = 0;
         }
         /* A new session may be on another server (a promoted standby), and the sequence may have
@@ -492,19 +573,25 @@ static void step_floor(struct relay *r, usec_t now) {
 /* ordering = "key": who else publishes this table, and so where our claims start in the key
  * buckets and how deep they look. Looked at every second. */
 static void look_at_members(struct relay *r, usec_t now) {
-        int slots[1024];
+        int slots[1024], pids[1024], own[SHARE_PIPELINES_MAX];
         size_t n = 0;
-        bool own = false;
+        unsigned relays = 0;
+        bool pooled = false;
         char err[512];
 
         r->next_members = now + USEC_PER_SEC;
-        if (pg_members(&r->pg, slots, ELEMENTSOF(slots), &n, &own, db_deadline(r, now), err, sizeof(err)) <
-            0) {
+        if (pg_members(&r->pg, slots, pids, ELEMENTSOF(slots), &n, &relays, db_deadline(r, now), err,
+                       sizeof(err)) < 0) {
                 log_warning("looking at the relays sharing table '%s' failed: %s", r->cfg->postgres.table,
                             err);
                 return;
         }
-        if (r->pg.member_slot >= 0 && !own) {
+        for (unsigned p = 0; p < r->n_lanes; p++) {
+                own[p] = r->lanes[p].pg.member_slot;
+                for (size_t i = 0; i < n && own[p] >= 0; i++)
+                        pooled = pooled || (slots[i] == own[p] && pids[i] != pg_backend_pid(&r->lanes[p].pg));
+        }
+        if (pooled) {
                 /* Our session lock is not on this backend: a pooler in transaction mode hands our
                  * statements to other sessions. Order still holds (bucket locks live within one
                  * transaction), but the relay needs a session of its own to share the work. */
@@ -515,12 +602,12 @@ static void look_at_members(struct relay *r, usec_t now) {
                                   r->cfg->postgres.table);
                 r->pooler_said = true;
         }
-        if (share_update(&r->share, slots, n, r->pg.member_slot)) {
+        if (share_update(&r->share, slots, n, own, r->n_lanes, relays)) {
                 r->next_status = 0;
-                log_event(LOG_NOTICE, LOG_EV_LEADER, NULL,
-                          "%u relay(s) share table '%s'; this one starts its claims at key bucket %u of %u",
-                          r->share.relays, r->cfg->postgres.table, share_claim(&r->share, 1).first,
-                          SHARE_BUCKETS);
+                log_event(LOG_NOTICE, LOG_EV_SHARING, NULL,
+                          "%u relay(s) share table '%s' with %u pipelines, %u of them this relay's; %s",
+                          r->share.relays, r->cfg->postgres.table, r->share.members, r->share.own,
+                          sharing(r) ? "claims take key buckets" : "alone: claims follow each other");
         }
 }
 
@@ -616,6 +703,193 @@ static int start_http(struct relay *r) {
         return 0;
 }
 
+/* Every batch in flight given up: rolled back, its rows stay pending (sent again later: the
+ * duplicates the design allows after a fault). */
+static void abandon_all(struct relay *r) {
+        for (size_t i = r->n_flight; i-- > 0;) {
+                r->flight[i]->lane->busy = false;
+                cycle_abandon(r, r->flight[i]);
+        }
+        r->n_flight = 0;
+        overlap_init(&r->overlap);
+}
+
+/* What a finished batch (or a failed claim) says for the loop: the breaker, and when to go on. */
+static int after_batch(struct relay *r, int ret, enum batch_verdict verdict, usec_t now) {
+        breaker_outcome(r, ret, verdict, now);
+        if (ret == -ECANCELED)
+                return ret;
+        if (ret == -ENOTRECOVERABLE) {
+                kafka_poll(&r->kafka, 0); /* the error callback may still hold the reason */
+                log_error("the Kafka producer cannot go on, exiting for a restart: %s",
+                          r->kafka.fatal_reason[0] ? r->kafka.fatal_reason
+                                                   : "a delivery report said it is broken");
+                return ret;
+        }
+        if (ret > 0 && verdict == VERDICT_FAILURE) {
+                r->state = RELAY_BACKOFF;
+                schedule_retry(r, &r->batch_backoff, now, "Kafka delivery failing");
+                r->wake = true;
+        } else if (ret < 0) {
+                /* Database trouble: a lost connection is re-made at the top of the loop; a failing
+                 * statement (or anything else) backs off rather than spin. */
+                if (all_connected(r)) {
+                        r->state = RELAY_BACKOFF;
+                        schedule_retry(r, &r->db_backoff, now, "the batch failed in the database");
+                        r->wake = true;
+                }
+        } else if (ret > 0) {
+                if (r->state == RELAY_BACKOFF)
+                        log_notice("deliveries succeed again");
+                r->state = RELAY_IDLE;
+                backoff_reset(&r->batch_backoff);
+                backoff_reset(&r->db_backoff);
+        }
+        return 0;
+}
+
+/* Finishes every batch in flight that is ready, oldest first. Before a finished batch is freed,
+ * the later ones decide the rows that waited for it (they point into it). */
+static int finish_ready(struct relay *r) {
+        for (size_t i = 0; i < r->n_flight;) {
+                struct cycle *c = r->flight[i];
+                enum batch_verdict verdict;
+                bool left;
+                int ret;
+
+                if (!cycle_ready(r, c, now_usec())) {
+                        i++;
+                        continue;
+                }
+                ret = cycle_finish(r, c, &verdict, &left);
+                for (size_t j = i + 1; j < r->n_flight; j++)
+                        cycle_resolve(r, r->flight[j]);
+                c->lane->busy = false;
+                memmove(&r->flight[i], &r->flight[i + 1], (r->n_flight - i - 1) * sizeof(r->flight[0]));
+                r->n_flight--;
+                overlap_finished(&r->overlap, left || ret < 0, r->n_flight);
+                if (!(ret == -ENOTRECOVERABLE && c->outstanding > 0))
+                        cycle_free(c); /* else late reports still write into it: we exit */
+                ret = after_batch(r, ret, verdict, now_usec());
+                if (ret < 0)
+                        return ret;
+        }
+        return 0;
+}
+
+static struct lane *free_lane(struct relay *r) {
+        for (unsigned i = 0; i < r->n_lanes; i++)
+                if (!r->lanes[i].busy)
+                        return &r->lanes[i];
+        return NULL;
+}
+
+/* Claims while claims are due and overlap.h allows one more batch in flight. Nothing may come
+ * between the breaker's gate and the claim: in half-open state the gate hands out the one probe,
+ * and only the batch's outcome gives it back. */
+static int claim_more(struct relay *r) {
+        while (!r->stop_at && !r->sig->stop) {
+                usec_t now = now_usec();
+                size_t unlocked = 0;
+                struct overlap_rules rules;
+                struct overlap_next next;
+                struct lane *lane;
+                struct cycle *c;
+                int64_t proven = r->pg.id_seq ? r->floor.proven : 0;
+                bool probe;
+                int limit, ret;
+
+                if (!r->wake && now < r->next_poll)
+                        return 0;
+                if (r->state == RELAY_BACKOFF && now < r->retry_at)
+                        return 0;
+                for (size_t i = 0; i < r->n_flight; i++)
+                        unlocked += !r->flight[i]->locked;
+                rules = (struct overlap_rules){
+                        .in_flight = r->n_flight,
+                        .pipelines = r->n_lanes,
+                        .sharing = sharing(r),
+                        .unlocked = unlocked,
+                        /* A probe goes alone; so does a claim while something is paused (its form
+                         * skips rows, so nothing can follow it) or after it. */
+                        .serial = r->breaker.state != BREAKER_CLOSED ||
+                                pause_set_count_active(&r->paused_topics, now) > 0 ||
+                                pause_set_count_active(&r->paused_keys, now) > 0,
+                };
+                next = overlap_next(&r->overlap, &rules);
+                if (next.form == OVERLAP_WAIT || !(lane = free_lane(r)))
+                        return 0;
+                if (!breaker_gate(r, now))
+                        return 0;
+                probe = r->breaker.state == BREAKER_HALF_OPEN;
+                limit = probe && r->cfg->relay.batch_size > CYCLE_PROBE_ROWS ? CYCLE_PROBE_ROWS
+                                                                             : r->cfg->relay.batch_size;
+                r->wake = false;
+                /* With batches in flight this loop must not wait long for a lock: it is the one
+                 * that finishes them (a TRUNCATE queued on the table waits for them, and the
+                 * claim behind it). */
+                ret = cycle_start(r, lane, limit, probe,
+                                  next.form == OVERLAP_CHAIN ? next.start : r->floor.at,
+                                  r->n_flight ? CLAIM_LOCK_WAIT : 0, now, &c);
+                now = now_usec();
+                if (ret == -EAGAIN) {
+                        /* Claim again once a batch in flight is done (from the floor). */
+                        overlap_claimed(&r->overlap, 0, (size_t)limit, 0, false, proven, true);
+                        breaker_outcome(r, 0, VERDICT_NONE, now);
+                        r->wake = true;
+                        return 0;
+                }
+                if (ret <= 0) {
+                        overlap_claimed(&r->overlap, 0, (size_t)limit, 0, false, proven,
+                                        r->cfg->relay.ordering != ORDERING_NONE);
+                        r->last_got = 0;
+                        if (ret < 0)
+                                return after_batch(r, ret, VERDICT_NONE, now);
+                        breaker_outcome(r, 0, VERDICT_NONE, now);
+                } else {
+                        lane->busy = true;
+                        r->flight[r->n_flight++] = c;
+                        overlap_claimed(&r->overlap, (size_t)ret, (size_t)limit, c->highest, c->covers,
+                                        proven, r->cfg->relay.ordering != ORDERING_NONE);
+                        r->last_got = ret;
+                }
+                /* A full batch or a probe that found rows: more at once (as overlap.h allows). Sharing
+                 * the table in key order, a short batch may only mean the rest is in the others'
+                 * open batches (share.c says when); otherwise a notification or the poll. */
+                if (ret >= limit || (probe && ret > 0)) {
+                        r->wake = true;
+                } else {
+                        usec_t again = r->cfg->relay.poll_interval;
+
+                        if (r->cfg->relay.ordering == ORDERING_KEY)
+                                again = share_next_wait(&r->share, (size_t)ret, r->last_in_view, limit,
+                                                        r->cfg->relay.poll_interval);
+                        if (again == 0)
+                                r->wake = true;
+                        else
+                                r->next_poll = now + again;
+                }
+        }
+        return 0;
+}
+
+/* With batches in flight: serves their reports for a little while (returns as soon as one came),
+ * and notes notifications that arrived. Alone in the producer, a batch is flushed: what linger.ms
+ * holds back goes at once. */
+static void wait_in_flight(struct relay *r, usec_t timeout) {
+        int ms;
+
+        if (pg_connected(&r->pg) && pg_consume_notifies(&r->pg) > 0)
+                r->wake = true;
+        if (timeout > 10 * USEC_PER_MSEC)
+                timeout = 10 * USEC_PER_MSEC;
+        ms = (int)((timeout + USEC_PER_MSEC - 1) / USEC_PER_MSEC);
+        if (r->n_flight == 1)
+                kafka_flush(&r->kafka, ms);
+        else
+                kafka_poll(&r->kafka, ms);
+}
+
 int relay_run(struct relay *r) {
         char err[512];
         rd_kafka_conf_t *kconf;
@@ -636,9 +910,17 @@ int relay_run(struct relay *r) {
         if (ret < 0)
                 return ret;
 
-        while (!r->sig->stop) {
+        /* On a stop request nothing more is claimed, and the loop turns until the batches in
+         * flight are finished (within the drain timeout: relay_deadline). */
+        while (!r->sig->stop || r->n_flight > 0) {
                 usec_t now = now_usec(), wait;
 
+                if (r->sig->hard_stop) {
+                        abandon_all(r);
+                        break;
+                }
+                if (r->sig->stop)
+                        relay_stopping(r);
                 notify_watchdog(&r->notifier, now);
                 metrics_turn(&r->metrics, now);
                 if (r->sig->reload) {
@@ -649,6 +931,7 @@ int relay_run(struct relay *r) {
                 if (r->kafka.fatal) {
                         log_error("fatal Kafka producer error, exiting for a restart: %s",
                                   r->kafka.fatal_reason);
+                        abandon_all(r);
                         return -ENOTRECOVERABLE;
                 }
                 publish_gauges(r);
@@ -658,21 +941,26 @@ int relay_run(struct relay *r) {
                                   r->kafka.last_error);
                 }
 
-                if (!pg_connected(&r->pg)) {
+                if (!all_connected(r)) {
                         if (r->state != RELAY_CONNECTING) {
                                 log_event(LOG_WARNING, LOG_EV_DB_LOST, NULL,
                                           "lost the PostgreSQL connection, reconnecting");
                                 /* no lag figures until a look can read them again */
                                 metrics_update(&r->metrics, set_lag, &(struct lag_look){ 0 });
                                 r->state = RELAY_CONNECTING;
-                                pg_disconnect(&r->pg);
+                                /* One connection lost is usually all (a restart, a cut link):
+                                 * give up every batch in flight and connect afresh. */
+                                abandon_all(r);
+                                disconnect_all(r);
                                 r->retry_at = now;
                         }
+                        if (r->sig->stop)
+                                break; /* nothing in flight any more */
                         if (now >= r->retry_at)
                                 try_connect(r, now);
                         else
                                 wait_for_work(r, r->retry_at - now);
-                        if (pg_connected(&r->pg) && !r->ready_sent) {
+                        if (all_connected(r) && !r->ready_sent) {
                                 notify_ready(&r->notifier);
                                 r->ready_sent = true;
                                 log_event(LOG_INFO, LOG_EV_READY, NULL, "ready");
@@ -680,17 +968,23 @@ int relay_run(struct relay *r) {
                         continue;
                 }
 
-                if (r->cfg->relay.ordering == ORDERING_KEY && now >= r->next_members && !r->pg.in_tx)
+                if (r->cfg->relay.ordering == ORDERING_KEY && now >= r->next_members)
                         look_at_members(r, now);
                 if (r->pg.requeued) {
-                        /* Put back in line: they may lie below the floor. Look now. */
+                        /* Put back in line: they may lie below the floor, and below the chain of
+                         * batches in flight. Look now; claim from the floor once they are done. */
                         r->pg.requeued = false;
                         r->floor_requeued = true;
-                        r->floor.next_guard = now;
+                        floor_requeued(&r->floor, now);
+                        overlap_break(&r->overlap);
                 }
-                if (r->pg.id_seq && !r->pg.in_tx &&
-                    (floor_step_due(&r->floor, now) || floor_guard_due(&r->floor, now)))
+                if (r->pg.id_seq && (floor_step_due(&r->floor, now) || floor_guard_due(&r->floor, now))) {
+                        int64_t proven = r->floor.proven;
+
                         step_floor(r, now);
+                        if (r->floor.proven < proven)
+                                overlap_break(&r->overlap); /* the floor went back */
+                }
                 if (r->cfg->relay.ordering == ORDERING_SINGLE && !r->leader) {
                         if (now >= r->next_leader_try)
                                 try_lead(r, now);
@@ -700,83 +994,37 @@ int relay_run(struct relay *r) {
                                 continue;
                         }
                 }
-                if (r->state == RELAY_BACKOFF && now < r->retry_at) {
-                        relay_status(r, now); /* the lag keeps growing meanwhile: show it */
-                        wait_for_work(r, r->retry_at - now);
-                        continue;
-                }
                 if (r->cfg->relay.finish == FINISH_MARK && r->cfg->relay.retention &&
                     now >= r->next_retention) {
                         run_retention(r, now);
                         continue;
                 }
-                /* Nothing may come between the gate and the batch: in half-open state the gate
-                 * hands out the one probe, and only the batch's outcome gives it back. */
-                if ((r->wake || now >= r->next_poll) && !breaker_gate(r, now)) {
-                        relay_status(r, now);
+
+                ret = finish_ready(r);
+                if (ret == 0)
+                        ret = claim_more(r);
+                if (ret < 0) {
+                        abandon_all(r);
+                        return ret;
+                }
+                now = now_usec();
+                relay_status(r, now);
+                if (r->n_flight > 0) {
+                        wait_in_flight(r, r->wake ? 0 : 10 * USEC_PER_MSEC);
+                        continue;
+                }
+                if (r->sig->stop)
+                        break;
+                if (r->state == RELAY_BACKOFF && now < r->retry_at) {
+                        wait_for_work(r, r->retry_at - now);
+                        continue;
+                }
+                if (r->breaker.state == BREAKER_OPEN && (r->wake || now >= r->next_poll)) {
                         wait_for_work(r, r->breaker.open_until > now ? r->breaker.open_until - now : 0);
                         continue;
                 }
-                if (r->wake || now >= r->next_poll) {
-                        bool probe = r->breaker.state == BREAKER_HALF_OPEN;
-                        enum batch_verdict verdict;
-
-                        r->wake = false;
-                        ret = cycle_run(r, now, probe, &verdict);
-                        now = now_usec();
-                        breaker_outcome(r, ret, verdict, now);
-                        if (ret == -ECANCELED)
-                                return ret;
-                        if (ret == -ENOTRECOVERABLE) {
-                                kafka_poll(&r->kafka, 0); /* the error callback may still hold the reason */
-                                log_error("the Kafka producer cannot go on, exiting for a restart: %s",
-                                          r->kafka.fatal_reason[0] ? r->kafka.fatal_reason
-                                                                   : "a delivery report said it is broken");
-                                return ret;
-                        }
-                        if (ret > 0 && verdict == VERDICT_FAILURE) {
-                                r->state = RELAY_BACKOFF;
-                                schedule_retry(r, &r->batch_backoff, now, "Kafka delivery failing");
-                                r->wake = true;
-                        } else if (ret < 0) {
-                                /* Database trouble: a lost connection is re-made by the check
-                                 * above; a failing statement (or anything else) backs off
-                                 * rather than spin. */
-                                if (pg_connected(&r->pg)) {
-                                        r->state = RELAY_BACKOFF;
-                                        schedule_retry(r, &r->db_backoff, now,
-                                                       "the batch failed in the database");
-                                        r->wake = true;
-                                }
-                                continue;
-                        } else {
-                                if (r->state == RELAY_BACKOFF)
-                                        log_notice("deliveries succeed again");
-                                r->state = RELAY_IDLE;
-                                backoff_reset(&r->batch_backoff);
-                                backoff_reset(&r->db_backoff);
-                                /* A full batch or a successful probe with more waiting: at once.
-                                 * Sharing the table in key order, a short batch may only mean the
-                                 * rest is in the others' open batches (share.c says when). */
-                                usec_t again = r->cfg->relay.poll_interval;
-
-                                if (r->cfg->relay.ordering == ORDERING_KEY)
-                                        again = share_next_wait(&r->share, (size_t)ret, r->last_in_view,
-                                                                r->cfg->relay.batch_size,
-                                                                r->cfg->relay.poll_interval);
-                                if (ret >= r->cfg->relay.batch_size || (probe && ret > 0) || again == 0)
-                                        r->wake = true;
-                                else
-                                        r->next_poll = now + again;
-                        }
-                        relay_status(r, now);
-                        /* Notifications that arrived during the batch are already buffered. */
-                        if (pg_consume_notifies(&r->pg) > 0)
-                                r->wake = true;
-                        continue;
-                }
-                relay_status(r, now);
-                wait = r->next_poll > now ? r->next_poll - now : 0;
+                /* Due but nothing claimed (the breaker's gate): a moment, not a spin. */
+                wait = r->wake ? USEC_PER_MSEC : r->next_poll > now ? r->next_poll - now : 0;
                 if (notify_watchdog_due(&r->notifier, now) < wait)
                         wait = notify_watchdog_due(&r->notifier, now);
                 wait_for_work(r, wait);

@@ -5,45 +5,82 @@
 
 void share_init(struct share *s) {
         memset(s, 0, sizeof(*s));
-        s->relays = 1;
+        s->members = s->relays = s->own = 1;
 }
 
-bool share_update(struct share *s, const int *slots, size_t n, int own) {
-        unsigned relays = 0, rank = 0;
-        bool seen = false;
+bool share_update(struct share *s, const int *slots, size_t n, const int *own, size_t n_own,
+                  unsigned relays) {
+        struct share next = { .relays = relays ? relays : 1, .own = (unsigned)n_own, .empty = s->empty };
+        unsigned without = 0; /* our pipelines without a slot */
 
+        if (n_own > SHARE_PIPELINES_MAX)
+                n_own = next.own = SHARE_PIPELINES_MAX;
         for (size_t i = 0; i < n; i++) {
                 bool dup = false;
 
                 for (size_t j = 0; j < i; j++)
                         dup = dup || slots[j] == slots[i];
-                if (dup)
-                        continue;
-                relays++;
-                if (slots[i] == own)
-                        seen = true;
-                else if (slots[i] < own)
-                        rank++;
+                if (!dup)
+                        next.members++;
         }
-        if (!seen)
-                relays++;
-        if (relays == s->relays && rank == s->rank)
+        for (size_t p = 0; p < n_own; p++) {
+                bool seen = false;
+
+                for (size_t i = 0; i < n && own[p] >= 0; i++)
+                        seen = seen || slots[i] == own[p];
+                if (!seen)
+                        next.members++;
+        }
+        for (size_t p = 0; p < n_own; p++)
+                without += own[p] < 0;
+        for (unsigned p = 0, later = 0; p < n_own; p++) {
+                unsigned rank = 0;
+
+                if (own[p] < 0) {
+                        /* No slot: after every member with one, in our own order. */
+                        next.rank[p] = next.members - without + later++;
+                        continue;
+                }
+                /* Distinct slots below ours, in the view or ours and missing from it. */
+                for (size_t i = 0; i < n; i++) {
+                        bool dup = false;
+
+                        for (size_t j = 0; j < i; j++)
+                                dup = dup || slots[j] == slots[i];
+                        rank += !dup && slots[i] < own[p];
+                }
+                for (size_t q = 0; q < n_own; q++) {
+                        bool seen = false;
+
+                        if (own[q] < 0 || own[q] >= own[p])
+                                continue;
+                        for (size_t i = 0; i < n; i++)
+                                seen = seen || slots[i] == own[q];
+                        rank += !seen;
+                }
+                next.rank[p] = rank;
+        }
+        if (next.members < next.own)
+                next.members = next.own;
+        if (next.members == s->members && next.relays == s->relays && next.own == s->own &&
+            memcmp(next.rank, s->rank, sizeof(next.rank)) == 0)
                 return false;
-        s->relays = relays;
-        s->rank = rank;
+        *s = next;
         return true;
 }
 
-struct share_claim share_claim(const struct share *s, int limit) {
-        unsigned relays = s->relays ? s->relays : 1;
-        unsigned batches = relays <= 1 ? 1 : relays + 1;
+struct share_claim share_claim(const struct share *s, unsigned p, int limit) {
+        unsigned members = s->members ? s->members : 1;
+        bool alone = members <= s->own || members <= 1;
+        unsigned batches = alone ? 1 : members + 1;
+        unsigned rank = p < SHARE_PIPELINES_MAX ? s->rank[p] : 0;
 
         if (batches > SHARE_DEPTH_MAX)
                 batches = SHARE_DEPTH_MAX;
         return (struct share_claim){
-                .first = (unsigned)((unsigned long)(s->rank % relays) * SHARE_BUCKETS / relays),
+                .first = (unsigned)((unsigned long)(rank % members) * SHARE_BUCKETS / members),
                 .depth = limit > 0 ? (int)batches * limit : 1,
-                .alone = relays <= 1,
+                .alone = alone,
         };
 }
 
@@ -54,7 +91,7 @@ usec_t share_next_wait(struct share *s, size_t got, size_t in_view, int limit, u
                 s->empty = 0;
                 return (limit > 0 && got >= (size_t)limit) || got < in_view ? 0 : poll_interval;
         }
-        if (s->relays <= 1) {
+        if (s->members <= s->own) {
                 s->empty = 0;
                 return poll_interval;
         }

@@ -1,5 +1,7 @@
-/* test_claim.c -- The claim (pg_claim) against the test bed's PostgreSQL: paused backlogs are not read, order and SKIP LOCKED hold, the ordered claims of a relay alone and of relays sharing exclude each other, every error says why. */
+/* test_claim.c -- The claim (pg_claim) against the test bed's PostgreSQL: paused backlogs are not read, order and SKIP LOCKED hold, the ordered claims of a relay alone and of relays sharing never overtake each other's rows, every error says why. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -336,17 +338,51 @@ static void skip_locked_still_skips(void **state) {
         ts_pg_exec(admin, "DELETE FROM outbox WHERE topic IN ('%s', '%s')", t, p);
 }
 
-/* ordering = "key": a relay alone takes the table's lock exclusive and no bucket; a relay that
- * shares takes it shared, and buckets. Each kind of claim gets nothing while the other is open,
- * whatever its view of the members (a stale view must not break order). */
-static void alone_and_shared_exclude(void **state) {
+/* A claim made on another thread, so the test can see it wait. */
+struct claim_job {
+        struct pg *pg;
+        const struct pg_order *order;
+        struct pg_batch got;
+        int ret;
+        char err[512];
+        atomic_bool done;
+};
+
+static void *claim_thread(void *arg) {
+        struct claim_job *j = arg;
+
+        j->ret = pg_claim(j->pg, LIMIT, NULL, j->order, &j->got, now_usec() + 20 * USEC_PER_SEC, j->err,
+                          sizeof(j->err));
+        atomic_store(&j->done, true);
+        return NULL;
+}
+
+/* The key of row i of a batch ("k0" .. "k6"), as a number. */
+static int key_of(const struct pg_batch *b, size_t i) {
+        return atoi(b->rows[i].key + 1);
+}
+
+/* ordering = "key": a relay alone takes no bucket and no row lock but its rows'; a relay that
+ * shares takes buckets. Whatever their views of the members (a stale view: one thinks it is
+ * alone, the other that it shares), a claim never returns a row of a key while an earlier row of
+ * that key is in another open batch: it waits for that batch (no claim skips such a row), and
+ * then starts at the key's first row still pending, whether the batch finished its rows or
+ * rolled back. With a bound on lock waits (a relay with other batches in flight) it gives up
+ * instead. Two sharing claims take different buckets and do not wait at all. */
+static void alone_and_shared_keep_order(void **state) {
         _cleanup_free_ char *t = ts_topic("tc-alone");
         struct relay_config kcfg;
         struct pg a, b;
-        const struct pg_order alone = { 0, LIMIT, true }, shared = { 0, 2 * LIMIT, false };
+        const struct pg_order alone = { 0, LIMIT, true, 0, 0 }, shared = { 0, 3 * LIMIT, false, 0, 0 },
+                              shared2 = { 128, 3 * LIMIT, false, 0, 0 };
         const struct {
                 const struct pg_order *first, *second;
-        } cases[] = { { &alone, &shared }, { &shared, &alone }, { &alone, &alone } };
+                bool waits, commit;
+        } cases[] = { { &alone, &shared, true, true },
+                      { &shared, &alone, true, false },
+                      { &alone, &alone, true, false },
+                      { &alone, &alone, true, true },
+                      { &shared, &shared2, false, true } };
         char err[512];
 
         (void)state;
@@ -360,23 +396,88 @@ static void alone_and_shared_exclude(void **state) {
         if (pg_connect(&a, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0 ||
             pg_connect(&b, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0)
                 fail_msg("pg_connect: %s", err);
-        ts_pg_exec(admin,
-                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 7), 'x'"
-                   " FROM generate_series(1, 20) g",
-                   t);
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-                struct pg_batch held, other;
+                struct pg_batch held;
+                struct claim_job job = { .pg = &b, .order = cases[i].second };
+                int64_t held_last[7], first_pending[7];
+                pthread_t th;
 
+                print_message("# case %zu: %s, then %s; the first %s\n", i,
+                              cases[i].first->alone ? "alone" : "shared",
+                              cases[i].second->alone ? "alone" : "shared",
+                              cases[i].commit ? "commits" : "rolls back");
+                ts_pg_exec(admin, "DELETE FROM outbox WHERE topic = '%s'", t);
+                ts_pg_exec(admin,
+                           "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 7), 'x'"
+                           " FROM generate_series(1, 400) g",
+                           t);
                 if (pg_claim(&a, LIMIT, NULL, cases[i].first, &held, now_usec() + 5 * USEC_PER_SEC, err,
                              sizeof(err)) < 0)
                         fail_msg("pg_claim (case %zu, first): %s", i, err);
                 assert_true(held.n > 0);
                 assert_id_order(&held);
-                if (pg_claim(&b, LIMIT, NULL, cases[i].second, &other, now_usec() + 5 * USEC_PER_SEC, err,
-                             sizeof(err)) < 0)
-                        fail_msg("pg_claim (case %zu, second): %s", i, err);
-                assert_int_equal(other.n, 0);
-                pg_batch_clear(&other);
+                for (int k = 0; k < 7; k++)
+                        held_last[k] = 0;
+                for (size_t r = 0; r < held.n; r++)
+                        held_last[key_of(&held, r)] = held.rows[r].id;
+                if (cases[i].waits) {
+                        /* With a bound on lock waits it gives up instead: -EAGAIN, nothing held. */
+                        struct pg_order bounded = *cases[i].second;
+                        struct pg_batch none;
+                        usec_t t0 = now_usec();
+
+                        bounded.lock_wait = 100 * USEC_PER_MSEC;
+                        assert_int_equal(pg_claim(&b, LIMIT, NULL, &bounded, &none,
+                                                  now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)),
+                                         -EAGAIN);
+                        assert_true(now_usec() - t0 < 2 * USEC_PER_SEC);
+                        assert_non_null(strstr(err, "lock timeout"));
+                        assert_false(b.in_tx);
+                        assert_true(pg_connected(&b));
+                }
+                atomic_init(&job.done, false);
+                assert_int_equal(pthread_create(&th, NULL, claim_thread, &job), 0);
+                usleep(300 * 1000);
+                assert_int_equal(atomic_load(&job.done), !cases[i].waits);
+                if (cases[i].commit) {
+                        int64_t *ids = calloc(held.n, sizeof(*ids));
+
+                        assert_non_null(ids);
+                        for (size_t r = 0; r < held.n; r++)
+                                ids[r] = held.rows[r].id;
+                        if (pg_finish(&a, ids, held.n, NULL, 0, now_usec() + 5 * USEC_PER_SEC, err,
+                                      sizeof(err)) < 0)
+                                fail_msg("pg_finish (case %zu): %s", i, err);
+                        free(ids);
+                } else {
+                        pg_rollback(&a, now_usec() + 5 * USEC_PER_SEC);
+                }
+                pthread_join(th, NULL);
+                if (job.ret < 0)
+                        fail_msg("pg_claim (case %zu, second): %s", i, job.err);
+                assert_true(job.got.n > 0);
+                assert_id_order(&job.got);
+                /* Each key's first row in the second batch is that key's first row still pending. */
+                for (int k = 0; k < 7; k++)
+                        first_pending[k] =
+                                ts_pg_int(admin,
+                                          "SELECT coalesce(min(id), 0) FROM outbox WHERE topic = '%s'"
+                                          " AND key = 'k%d'",
+                                          t, k);
+                for (size_t r = 0; r < job.got.n; r++) {
+                        int k = key_of(&job.got, r);
+
+                        if (r > 0 && key_of(&job.got, r - 1) == k)
+                                continue;
+                        for (size_t q = 0; q < r; q++)
+                                if (key_of(&job.got, q) == k)
+                                        goto seen;
+                        assert_int_equal(job.got.rows[r].id, first_pending[k]);
+                        if (!cases[i].waits)
+                                assert_int_equal(held_last[k], 0); /* no key of the first batch */
+                seen:;
+                }
+                pg_batch_clear(&job.got);
                 pg_rollback(&b, now_usec() + 5 * USEC_PER_SEC);
                 pg_batch_clear(&held);
                 pg_rollback(&a, now_usec() + 5 * USEC_PER_SEC);
@@ -505,7 +606,7 @@ int main(void) {
                 cmocka_unit_test_setup(paused_key_backlog_not_read, connect_pg),
                 cmocka_unit_test_setup(skip_locked_still_skips, connect_pg),
                 cmocka_unit_test_setup(errors_are_explained, connect_pg),
-                cmocka_unit_test_setup(alone_and_shared_exclude, connect_pg),
+                cmocka_unit_test_setup(alone_and_shared_keep_order, connect_pg),
         };
 
         ts_env("PGPORT");

@@ -300,6 +300,48 @@ static void altered_table(void **state) {
         PQfinish(c);
 }
 
+/* A table lock wanted while batches are in flight (an ALTER TABLE, a TRUNCATE, here a LOCK
+ * TABLE): it waits for their transactions, and every statement on the table queues behind it. A
+ * relay whose next claim or look waited in that queue would hold up the very loop that finishes
+ * those batches, until statement_timeout (30 s). The lock must be had within seconds, the drain
+ * go on after it, and every row arrive once, in order. */
+static void table_lock_during_a_drain(void **state) {
+        PGconn *c = ts_pg_connect(), *locker = ts_pg_connect();
+        char *topic = ts_topic("relay-tablelock");
+        const char *topics[] = { topic, NULL };
+        struct ts_relay relay;
+        struct ts_msgs m;
+        struct ts_verify v;
+        usec_t t0, waited;
+
+        (void)state;
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 100), "
+                   "convert_to('row ' || g, 'UTF8') FROM generate_series(1, 60000) g",
+                   topic);
+        ts_relay_start(&relay, "poll_interval = \"1s\"; pipelines = 2;", NULL);
+        assert_true(ts_relay_log_wait(&relay, "ready", 20000));
+        while (ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic) > 50000)
+                usleep(10 * 1000);
+        t0 = now_usec();
+        ts_pg_exec(locker, "BEGIN; LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE");
+        waited = now_usec() - t0;
+        usleep(300 * 1000);
+        ts_pg_exec(locker, "COMMIT");
+        fprintf(stderr, "table lock: had after %.0f ms with the relay draining\n", (double)waited / 1000);
+        assert_true(waited < 5 * USEC_PER_SEC);
+        assert_true(ts_wait_drained(c, topics, 60000));
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+
+        ts_consume(topics, 60000, 60000, 1000, &m);
+        ts_verify(c, topics, &m, true, &v);
+        ts_verify_assert(&v, 60000, 0);
+        ts_msgs_free(&m);
+        free(topic);
+        PQfinish(locker);
+        PQfinish(c);
+}
+
 static void oversize_dead_letter(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("relay-oversize");
@@ -760,6 +802,7 @@ int main(void) {
                 cmocka_unit_test_teardown(headers_as_sql_read_them, ts_teardown),
                 cmocka_unit_test_teardown(notify_wakeup, ts_teardown),
                 cmocka_unit_test_teardown(altered_table, ts_teardown),
+                cmocka_unit_test_teardown(table_lock_during_a_drain, ts_teardown),
                 cmocka_unit_test_teardown(oversize_dead_letter, ts_teardown),
                 cmocka_unit_test_teardown(load_delete, ts_teardown),
                 cmocka_unit_test_teardown(load_mark, ts_teardown),

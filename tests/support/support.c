@@ -499,8 +499,10 @@ void ts_relay_log_stats(const struct ts_relay *r, struct ts_relay_log_stats *out
                                 out->failed_batch_rows += n;
                         }
                 }
-                if ((p = strstr(line, "finishing a batch of ")) &&
-                    sscanf(p, "finishing a batch of %lld rows failed", &n) == 1) {
+                if (((p = strstr(line, "finishing a batch of ")) &&
+                     sscanf(p, "finishing a batch of %lld rows failed", &n) == 1) ||
+                    ((p = strstr(line, "giving up a batch of ")) &&
+                     sscanf(p, "giving up a batch of %lld rows in flight", &n) == 1)) {
                         out->rolled_back_batches++;
                         out->rolled_back_rows += n;
                 }

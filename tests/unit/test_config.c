@@ -109,6 +109,8 @@ static void assert_same_settings(const struct relay_config *a, const struct rela
         assert_int_equal(a->postgres.keepalives_idle, b->postgres.keepalives_idle);
         assert_int_equal(a->postgres.tcp_user_timeout, b->postgres.tcp_user_timeout);
         assert_int_equal(a->relay.batch_size, b->relay.batch_size);
+        assert_int_equal(a->relay.pipelines, b->relay.pipelines);
+        assert_int_equal(a->relay.ordering, b->relay.ordering);
         assert_int_equal(a->relay.poll_interval, b->relay.poll_interval);
         assert_int_equal(a->relay.batch_timeout, b->relay.batch_timeout);
         assert_int_equal(a->relay.drain_timeout, b->relay.drain_timeout);
@@ -144,6 +146,7 @@ static void test_defaults(void **state) {
         assert_int_equal(c.kafka.n_props, 0);
         assert_null(c.kafka.props);
         assert_int_equal(c.relay.batch_size, 2000);
+        assert_int_equal(c.relay.pipelines, 2);
         assert_int_equal(c.relay.poll_interval, 5 * USEC_PER_SEC);
         assert_int_equal(c.relay.batch_timeout, 60 * USEC_PER_SEC);
         assert_int_equal(c.relay.drain_timeout, 30 * USEC_PER_SEC);

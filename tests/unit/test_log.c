@@ -85,6 +85,7 @@ static const struct {
         { LOG_EV_STOPPED, "stopped", "b5e63d76dc0b4cd9964062cdf642702d" },
         { LOG_EV_KAFKA_ERROR, "kafka_error", "bff283e4b3bd45f5b6a12f31d326bbb0" },
         { LOG_EV_LEADER, "leader", "5e8386100b70467293dd11ae05598cd2" },
+        { LOG_EV_SHARING, "sharing", "6e71abb407f247bf9f673532a680be38" },
         { LOG_EV_STANDBY, "standby", "c0e632ad6fc844df95ea2311430515da" },
 };
 

@@ -15,19 +15,25 @@ struct update_case {
         const char *name;
         int slots[8];
         size_t n;
-        int own;
-        unsigned relays, rank;
+        int own[3];
+        size_t n_own;
+        unsigned members, rank[3];
 };
 
 static const struct update_case updates[] = {
-        { "alone", { 4 }, 1, 4, 1, 0 },
-        { "first of three", { 0, 7, 3 }, 3, 0, 3, 0 },
-        { "middle of three, any order", { 7, 0, 3 }, 3, 3, 3, 1 },
-        { "last of three", { 3, 0, 7 }, 3, 7, 3, 2 },
-        { "gaps in the slots do not matter", { 2, 90, 1000 }, 3, 90, 3, 1 },
-        { "our own slot not yet in the view: counted in", { 1, 5 }, 2, 3, 3, 1 },
-        { "nobody seen, not even us", { 0 }, 0, 9, 1, 0 },
-        { "a slot listed twice counts once", { 1, 1, 2 }, 3, 2, 2, 1 },
+        { "alone, one pipeline", { 4 }, 1, { 4 }, 1, 1, { 0 } },
+        { "first of three", { 0, 7, 3 }, 3, { 0 }, 1, 3, { 0 } },
+        { "middle of three, any order", { 7, 0, 3 }, 3, { 3 }, 1, 3, { 1 } },
+        { "last of three", { 3, 0, 7 }, 3, { 7 }, 1, 3, { 2 } },
+        { "gaps in the slots do not matter", { 2, 90, 1000 }, 3, { 90 }, 1, 3, { 1 } },
+        { "our own slot not yet in the view: counted in", { 1, 5 }, 2, { 3 }, 1, 3, { 1 } },
+        { "nobody seen, not even us", { 0 }, 0, { 9 }, 1, 1, { 0 } },
+        { "a slot listed twice counts once", { 1, 1, 2 }, 3, { 2 }, 1, 2, { 1 } },
+        { "two pipelines of ours, alone", { 5, 6 }, 2, { 5, 6 }, 2, 2, { 0, 1 } },
+        { "two of ours among another relay's two", { 1, 2, 8, 9 }, 4, { 8, 2 }, 2, 4, { 2, 1 } },
+        { "one of ours not yet in the view", { 1, 4 }, 2, { 4, 6 }, 2, 3, { 1, 2 } },
+        { "a pipeline without a slot: after everyone", { 1, 4 }, 2, { -1, 4 }, 2, 3, { 2, 1 } },
+        { "two without a slot: in our own order, at the end", { 3 }, 1, { -1, -1, 3 }, 3, 3, { 1, 2, 0 } },
 };
 
 static void update_table(void **state) {
@@ -38,28 +44,37 @@ static void update_table(void **state) {
 
                 print_message("# %s\n", c->name);
                 share_init(&s);
-                share_update(&s, c->slots, c->n, c->own);
-                assert_int_equal(s.relays, c->relays);
-                assert_int_equal(s.rank, c->rank);
-                assert_true(s.rank < s.relays);
+                share_update(&s, c->slots, c->n, c->own, c->n_own, 1);
+                assert_int_equal(s.members, c->members);
+                assert_int_equal(s.own, c->n_own);
+                for (size_t p = 0; p < c->n_own; p++) {
+                        assert_int_equal(s.rank[p], c->rank[p]);
+                        assert_true(s.rank[p] < s.members);
+                        for (size_t q = 0; q < p; q++)
+                                assert_int_not_equal(s.rank[p], s.rank[q]);
+                }
         }
 }
 
 static void update_says_when_the_view_changed(void **state) {
         struct share s;
-        const int two[] = { 1, 2 }, three[] = { 1, 2, 3 };
+        const int two[] = { 1, 2 }, three[] = { 1, 2, 3 }, own2[] = { 2 }, own1[] = { 1 };
 
         (void)state;
         share_init(&s);
-        assert_true(share_update(&s, two, 2, 2));
-        assert_false(share_update(&s, two, 2, 2));
-        assert_true(share_update(&s, three, 3, 2));
-        assert_true(share_update(&s, three, 3, 1)); /* same count, other rank */
+        assert_true(share_update(&s, two, 2, own2, 1, 2));
+        assert_false(share_update(&s, two, 2, own2, 1, 2));
+        assert_true(share_update(&s, three, 3, own2, 1, 2));
+        assert_true(share_update(&s, three, 3, own1, 1, 2)); /* same count, other rank */
+        assert_true(share_update(&s, three, 3, own1, 1, 3)); /* one relay more */
+        assert_int_equal(s.relays, 3);
+        assert_true(share_update(&s, three, 3, own1, 1, 0));
+        assert_int_equal(s.relays, 1); /* never fewer than ourselves */
 }
 
 struct claim_case {
         const char *name;
-        unsigned relays, rank;
+        unsigned members, own, rank;
         int limit;
         unsigned first;
         int depth;
@@ -67,23 +82,25 @@ struct claim_case {
 };
 
 static const struct claim_case claims[] = {
-        { "alone: the table's lock (bucket 0, one batch deep)", 1, 0, 500, 0, 500, true },
-        { "first of two", 2, 0, 500, 0, 1500, false },
-        { "second of two: half way round", 2, 1, 500, 128, 1500, false },
-        { "third of three", 3, 2, 1000, 170, 4000, false },
-        { "second of three", 3, 1, 1000, 85, 4000, false },
-        { "seven relays: depth capped", 7, 6, 100, 219, SHARE_DEPTH_MAX * 100, false },
-        { "a rank past the count (stale view) wraps", 2, 5, 10, 128, 30, false },
-        { "a probe of 5 rows", 2, 0, 5, 0, 15, false },
-        { "no relays counted is one", 0, 0, 50, 0, 50, true },
+        { "alone: no bucket, one batch deep", 1, 1, 0, 500, 0, 500, true },
+        { "alone with two pipelines of ours: still alone (they chain)", 2, 2, 1, 500, 128, 500, true },
+        { "first of two", 2, 1, 0, 500, 0, 1500, false },
+        { "second of two: half way round", 2, 1, 1, 500, 128, 1500, false },
+        { "third of three", 3, 1, 2, 1000, 170, 4000, false },
+        { "second of three", 3, 1, 1, 1000, 85, 4000, false },
+        { "two of ours and two others: four members, five batches deep", 4, 2, 3, 100, 192, 500, false },
+        { "seven pipelines: depth capped", 7, 1, 6, 100, 219, SHARE_DEPTH_MAX * 100, false },
+        { "a rank past the count (stale view) wraps", 2, 1, 5, 10, 128, 30, false },
+        { "a probe of 5 rows", 2, 1, 0, 5, 0, 15, false },
+        { "no members counted is one", 0, 1, 0, 50, 0, 50, true },
 };
 
 static void claim_table(void **state) {
         (void)state;
         for (size_t i = 0; i < ELEMENTSOF(claims); i++) {
                 const struct claim_case *c = &claims[i];
-                struct share s = { .relays = c->relays, .rank = c->rank };
-                struct share_claim sc = share_claim(&s, c->limit);
+                struct share s = { .members = c->members, .own = c->own, .rank = { c->rank } };
+                struct share_claim sc = share_claim(&s, 0, c->limit);
 
                 print_message("# %s\n", c->name);
                 assert_int_equal(sc.first, c->first);
@@ -100,8 +117,8 @@ static void starts_are_spread(void **state) {
                 unsigned prev = 0;
 
                 for (unsigned rank = 0; rank < relays; rank++) {
-                        struct share s = { .relays = relays, .rank = rank };
-                        unsigned first = share_claim(&s, 100).first;
+                        struct share s = { .members = relays, .own = 1, .rank = { rank } };
+                        unsigned first = share_claim(&s, 0, 100).first;
 
                         if (rank > 0) {
                                 assert_true(first > prev);
@@ -140,7 +157,7 @@ static const struct wait_case waits[] = {
           100,
           { { 40, 300, 0 }, { 1, 2, 0 } },
           2 },
-        { "alone: full at once, short or empty waits for the poll (nobody else holds rows)",
+        { "alone: full at once, short or empty waits for the poll (no other relay holds rows)",
           1,
           100,
           { { 100, 100, 0 }, { 99, 99, POLL }, { 0, 0, POLL }, { 0, 0, POLL }, { 5, 9, 0 }, { 100, 100, 0 } },
@@ -182,7 +199,7 @@ static void wait_table(void **state) {
 
                 print_message("# %s\n", c->name);
                 share_init(&s);
-                s.relays = c->relays;
+                s.members = c->relays;
                 for (size_t j = 0; j < c->n; j++) {
                         const struct wait_step *w = &c->steps[j];
 
@@ -198,7 +215,7 @@ static void wait_is_capped(void **state) {
 
         (void)state;
         share_init(&s);
-        s.relays = 2;
+        s.members = 2;
         assert_int_equal(share_next_wait(&s, 0, 0, 10, 1 * MS), 1 * MS);
         for (int i = 0; i < 1000; i++)
                 assert_true(share_next_wait(&s, 0, 0, 10, POLL) <= POLL);
