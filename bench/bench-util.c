@@ -226,25 +226,29 @@ static PGresult *query(PGconn *pg, const char *sql) {
         return res;
 }
 
-/* What the relay's database session is doing, sampled from pg_stat_activity: where a batch's
- * time goes (claim, finish, or idle in transaction = waiting for Kafka and the relay's own CPU). */
+/* What the relay's pipelines' database sessions are doing, sampled from pg_stat_activity: where a
+ * batch's time goes (claim, finish, or idle in transaction = waiting for Kafka and the relay's own
+ * CPU). The relay's first connection (the oldest) listens and looks; the others are its
+ * pipelines, each counted. */
 enum sample_kind { S_CLAIM, S_FINISH, S_ACTIVE_OTHER, S_IDLE_TX, S_IDLE, S_NONE, S_KINDS };
 static const char *const sample_names[S_KINDS] = {
         "active_claim", "active_finish", "active_other", "idle_in_transaction", "idle", "no_session",
 };
 
-static enum sample_kind sample(PGconn *pg, const char *app) {
+static void sample(PGconn *pg, const char *app, long *samples) {
         const char *params[1] = { app };
         PGresult *res = PQexecParams(pg,
                                      "SELECT state, left(query, 12) FROM pg_stat_activity"
-                                     " WHERE application_name = $1 LIMIT 1",
+                                     " WHERE application_name = $1 ORDER BY backend_start, pid OFFSET 1",
                                      1, NULL, params, NULL, NULL, 0);
-        enum sample_kind k = S_NONE;
 
         if (PQresultStatus(res) != PGRES_TUPLES_OK)
                 die("sampling pg_stat_activity: %s", PQresultErrorMessage(res));
-        if (PQntuples(res) == 1) {
-                const char *state = PQgetvalue(res, 0, 0), *q = PQgetvalue(res, 0, 1);
+        if (PQntuples(res) == 0)
+                samples[S_NONE]++;
+        for (int i = 0; i < PQntuples(res); i++) {
+                const char *state = PQgetvalue(res, i, 0), *q = PQgetvalue(res, i, 1);
+                enum sample_kind k;
 
                 if (strcmp(state, "active") == 0)
                         /* the unordered claim, or an ordered one (a CTE) */
@@ -256,9 +260,9 @@ static enum sample_kind sample(PGconn *pg, const char *app) {
                         k = S_IDLE_TX;
                 else
                         k = S_IDLE;
+                samples[k]++;
         }
         PQclear(res);
-        return k;
 }
 
 static int wait_drain(const char *conninfo, long timeout_s, long interval_ms, pid_t pid,
@@ -278,7 +282,7 @@ static int wait_drain(const char *conninfo, long timeout_s, long interval_ms, pi
                 int64_t t = clock_us(CLOCK_MONOTONIC);
 
                 if (sample_app)
-                        samples[sample(pg, sample_app)]++;
+                        sample(pg, sample_app, samples);
                 if (t >= next_probe) {
                         bool left;
 

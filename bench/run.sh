@@ -18,13 +18,15 @@
 #
 # Environment (defaults in brackets): BENCH_ROWS [1000000], BENCH_BATCH [2000, the relay's default],
 # BENCH_LATENCY_SECONDS [30], BENCH_LATENCY_RATE [1000], BENCH_DRAIN_TIMEOUT [360] seconds,
-# BENCH_BUILD [build/bench], BENCH_KEEP=1 keeps the test bed directory (logs) after the run.
+# BENCH_PIPELINES [the relay's default], BENCH_BUILD [build/bench], BENCH_KEEP=1 keeps the test bed directory (logs) after the run.
 set -euo pipefail
 
 SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BENCH_BUILD:-$SRCDIR/build/bench}
 ROWS=${BENCH_ROWS:-1000000}
 BATCH=${BENCH_BATCH:-2000}
+PIPELINES=${BENCH_PIPELINES:-}
+PIPELINES_LINE=${PIPELINES:+pipelines = $PIPELINES;}
 KEYS=10000
 LAT_SECONDS=${BENCH_LATENCY_SECONDS:-30}
 LAT_RATE=${BENCH_LATENCY_RATE:-1000}
@@ -236,7 +238,7 @@ CONF=$TB/relay.conf
 cat >"$CONF" <<CONF
 postgres = { conninfo = "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER"; };
 kafka = { bootstrap_servers = "$KAFKA_BOOTSTRAP"; };
-relay = { batch_size = $BATCH; poll_interval = "1s"; finish = "delete"; status_interval = "2s"; };
+relay = { batch_size = $BATCH; poll_interval = "1s"; finish = "delete"; status_interval = "2s"; $PIPELINES_LINE };
 log = { level = "info"; };
 http = { listen = "127.0.0.1:0"; };
 CONF
@@ -262,8 +264,11 @@ say "relay started (pid $RELAY_PID); draining $ROWS rows, at most ${DRAIN_TIMEOU
 DRAINED_US=$(awk -F= '$1 == "drained_at_us" { print $2 }' "$TB/drain.out")
 # Read right away: the relay's CPU so far and its database session's and the broker's.
 RELAY_TICKS_DRAIN=$(proc_ticks "$RELAY_PID")
-BACKEND_PID=$(q "SELECT pid FROM pg_stat_activity WHERE application_name = 'outbox-relay' LIMIT 1")
-BACKEND_TICKS=$( [ -n "$BACKEND_PID" ] && proc_ticks "$BACKEND_PID" || echo 0)
+# Every backend of the relay: its pipelines' and the one that listens and looks.
+BACKEND_TICKS=0
+for p in $(q "SELECT pid FROM pg_stat_activity WHERE application_name = 'outbox-relay'"); do
+        BACKEND_TICKS=$((BACKEND_TICKS + $(proc_ticks "$p")))
+done
 KAFKA_T1=$(proc_ticks "$KAFKA_PID")
 read -r M1_BUSY M1_TOTAL < <(machine_ticks)
 
@@ -396,10 +401,10 @@ LAT_OK="every row arrived"
         echo "| reference relay (\`bench/reference_relay.py\`: Python, psycopg2 + confluent-kafka on the same librdkafka; SKIP LOCKED claim, produce, flush, DELETE, COMMIT; batch $BATCH), same data, own topic | $(fmt %.0f "$REF_RATE") events/s ($(fmt %.3f "$REF_SECS") s from start to exit, CPU $(fmt %.2f "$REF_CPU") s = $(fmt %.2f "$REF_CPU_PER_M") s per million events) |"
         echo "| relay ÷ reference relay | **$(fmt %.3f "$REF_RATIO")** |"
         echo "| relay CPU per million events (utime+stime at drain end) | **$(fmt %.2f "$RELAY_CPU_PER_M") s** ($(fmt %.2f "$RELAY_CPU") s for $(thousands "$ROWS")); before stop: $(fmt %.2f "$RELAY_CPU_END") s for $(thousands "$RELAY_EVENTS_END") events incl. the latency phase |"
-        echo "| relay's PostgreSQL backend CPU per million events (its session, at drain end) | **$(fmt %.2f "$BACKEND_CPU_PER_M") s** |"
+        echo "| relay's PostgreSQL backends' CPU per million events (its pipelines' sessions and its own, at drain end) | **$(fmt %.2f "$BACKEND_CPU_PER_M") s** |"
         echo "| relay peak RSS (VmHWM before stop) | **$(fmt %.1f "$(calc "$RELAY_HWM / 1024")") MiB** (VmRSS $(fmt %.1f "$(calc "$RELAY_RSS / 1024")") MiB) |"
-        echo "| CPU during the drain ($(fmt %.1f "$RELAY_SECS") s wall, $(nproc) cores) | relay $(fmt %.2f "$RELAY_CPU") s, its PostgreSQL backend $(fmt %.2f "$BACKEND_CPU") s, Kafka broker $(fmt %.2f "$KAFKA_CPU") s, everything else $(fmt %.2f "$OTHER_CPU") s; machine busy $(fmt %.0f "$MACHINE_BUSY") % |"
-        echo "| relay's database session during the drain ($SAMPLES samples of pg_stat_activity, every 20 ms) | claim running $(fmt %.1f "$S_CLAIM") %, DELETE running $(fmt %.1f "$S_FINISH") %, other statement $(fmt %.1f "$S_OTHER") %, idle in transaction (publishing to Kafka) $(fmt %.1f "$S_IDLETX") %, idle $(fmt %.1f "$S_IDLE") %, no session $(fmt %.1f "$S_NONE") % |"
+        echo "| CPU during the drain ($(fmt %.1f "$RELAY_SECS") s wall, $(nproc) cores) | relay $(fmt %.2f "$RELAY_CPU") s, its PostgreSQL backends $(fmt %.2f "$BACKEND_CPU") s, Kafka broker $(fmt %.2f "$KAFKA_CPU") s, everything else $(fmt %.2f "$OTHER_CPU") s; machine busy $(fmt %.0f "$MACHINE_BUSY") % |"
+        echo "| relay's pipelines' database sessions during the drain ($SAMPLES samples of pg_stat_activity, every 20 ms, one per session) | claim running $(fmt %.1f "$S_CLAIM") %, DELETE running $(fmt %.1f "$S_FINISH") %, other statement $(fmt %.1f "$S_OTHER") %, idle in transaction (publishing to Kafka) $(fmt %.1f "$S_IDLETX") %, idle $(fmt %.1f "$S_IDLE") %, no session $(fmt %.1f "$S_NONE") % |"
         echo "| latency at $LAT_RATE events/s for ${LAT_SECONDS} s (10 rows per insert transaction), insert → consumed | $(lat received) of $(lat inserted) received, $LAT_OK, $(lat duplicates) duplicates; inserter fell behind schedule by up to $(lat max_behind_ms) ms; relay CPU $(fmt %.2f "$RELAY_CPU_LAT") s; machine busy $(fmt %.0f "$LAT_BUSY") % |"
         echo "| latency p50 / p90 / p99 / max | **$(lat p50_ms) / $(lat p90_ms) / $(lat p99_ms) / $(lat max_ms) ms** (min $(lat min_ms), mean $(lat mean_ms), p99.9 $(lat p999_ms)) |"
         echo "| relay stop (SIGTERM → exit $RELAY_RC) | $(fmt %.3f "$STOP_S") s |"

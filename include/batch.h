@@ -61,6 +61,7 @@ struct batch_row {
          * before this one is sent (batch_follow); NULL = none. */
         const struct batch *after;
         size_t after_row;
+        bool after_blocked; /* that batch was planned already and did not deliver them all */
 };
 
 /* What a batch says about Kafka's availability, for the circuit breaker. */
@@ -117,7 +118,9 @@ enum send_answer batch_send_answer(const struct batch *b, size_t i);
 
 /* Links `later`'s first row of every (topic, key) to the last row of the same (topic, key) in
  * `earlier`, unless it already follows a batch: called for every batch still in flight, newest
- * first, so each row follows the newest. Rows without a key follow nothing. */
+ * first, so each row follows the newest. Rows without a key follow nothing. An earlier batch
+ * already planned is not linked to: its verdict on the (topic, key) is taken at once (delivered:
+ * nothing to wait for; not delivered: the row is held back). */
 void batch_follow(struct batch *later, const struct batch *earlier);
 
 /* Where the rows of row i's (topic, key) stand in batch b, up to and including row i (its last

@@ -38,6 +38,10 @@ struct kafka {
         char last_error[512]; /* newest client-level error (e.g. all brokers down), for logs */
         int last_error_level; /* its syslog level */
         bool last_error_new;
+        /* Readable when librdkafka has reports or errors to serve (its main queue's io event):
+         * the loop polls it beside the database sockets. */
+        int event_fd[2];
+        rd_kafka_queue_t *main_queue;
 };
 
 /* Creates the producer from `conf` (taken on success only, as rd_kafka_new() does). */
@@ -48,14 +52,22 @@ void kafka_close(struct kafka *k, usec_t timeout);
 
 /* Enqueues one message; `d` receives its delivery report, and `*outstanding` (the batch's own
  * count, may be NULL) goes up by one now and down by one when it lands. `headers` is taken on
- * success.
+ * success. The payload is not copied: it must stay where it is until the report came (the
+ * batch's result from PostgreSQL does). `now`: the monotonic clock, read by the caller once for
+ * many messages.
  * Returns the librdkafka error code (0 = enqueued); RD_KAFKA_RESP_ERR__QUEUE_FULL is
  * back-pressure for the caller to handle (serve reports, then try again). Waits only the first
  * time a topic is seen, up to KAFKA_TOPIC_WAIT_MS, for its metadata: librdkafka otherwise looks
  * unknown topics up once a second, and the first batch to a topic waited that long. */
 rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key, size_t key_len,
                                   const void *payload, size_t payload_len, int64_t timestamp_ms,
-                                  rd_kafka_headers_t *headers, struct kafka_delivery *d, size_t *outstanding);
+                                  rd_kafka_headers_t *headers, struct kafka_delivery *d, size_t *outstanding,
+                                  usec_t now);
+
+/* The file descriptor that turns readable when there is something to serve (kafka_poll), -1
+ * without; and whether something is queued now. */
+int kafka_event_fd(const struct kafka *k);
+bool kafka_has_events(const struct kafka *k);
 
 /* Serves delivery reports and client errors for up to timeout_ms. */
 void kafka_poll(struct kafka *k, int timeout_ms);

@@ -41,6 +41,9 @@ struct pg_failure {
         const char *reason; /* stored in last_error */
 };
 
+/* A claim or a finish sent and not yet read back (pg_poll). */
+enum pg_op { PG_OP_NONE, PG_OP_CLAIM, PG_OP_FINISH };
+
 struct pg {
         PGconn *conn;
         const struct relay_config *cfg; /* borrowed */
@@ -69,6 +72,15 @@ struct pg {
         bool requeued; /* a notification said rows were put back in line (sql/003): the caller clears it */
         bool in_tx;
         bool no_listen; /* a pipeline's connection: claims and finishes only, no LISTEN */
+        /* The operation in progress (pg_claim_start, pg_finish_start) and how far its results
+         * are read. */
+        enum pg_op op;
+        int op_n, op_pos, op_err, op_keep_at;
+        bool op_flush; /* the statements are not all sent yet */
+        PGresult *op_keep; /* the claim's result */
+        struct pg_batch *op_batch;
+        usec_t op_deadline;
+        char op_msg[512]; /* the first failure's message */
         usec_t lock_timeout; /* the session's lock_timeout, 0 = none (set before connecting) */
         bool reprepare; /* a prepared statement went stale (ALTER TABLE): prepare them again */
         /* Called about once a second while a call waits on the server, so the caller can keep
@@ -132,12 +144,28 @@ struct pg_order {
  * they cover a batch of the rows it looked at. */
 int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct pg_order *order,
              struct pg_batch *b, usec_t deadline, char *err, size_t errsz);
+
+/* pg_claim() without waiting: sends it (0, or -errno as pg_claim), and pg_poll() reads its result
+ * into `b` when it has come. `b` must live until then. */
+int pg_claim_start(struct pg *pg, int limit, const struct pg_skip *skip, const struct pg_order *order,
+                   struct pg_batch *b, usec_t deadline, char *err, size_t errsz);
+
+/* The operation in progress (a claim or a finish started): -EINPROGRESS while its results are
+ * still to come, then what pg_claim() or pg_finish() would have returned; 0 with nothing in
+ * progress. Never waits: call it when pg_socket() is ready for pg_poll_events(). The deadline
+ * given to the start is kept (past it the connection is dropped, -ETIMEDOUT). */
+int pg_poll(struct pg *pg, char *err, size_t errsz);
+short pg_poll_events(const struct pg *pg); /* 0: nothing in progress */
 void pg_batch_clear(struct pg_batch *b);
 
 /* Finishes the claimed rows and COMMITs, one round trip: deletes or marks `done`, records
  * `fails`. On any error the transaction is gone, nothing was changed, and err says why. */
 int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg_failure *fails,
               size_t n_fails, usec_t deadline, char *err, size_t errsz);
+
+/* pg_finish() without waiting; pg_poll() reads its outcome. */
+int pg_finish_start(struct pg *pg, const int64_t *done, size_t n_done, const struct pg_failure *fails,
+                    size_t n_fails, usec_t deadline, char *err, size_t errsz);
 
 /* Rolls back an open transaction. Drops the connection if that fails. */
 void pg_rollback(struct pg *pg, usec_t deadline);

@@ -44,7 +44,7 @@ struct relay {
         unsigned n_lanes;
         /* The batches in flight, oldest first (each on its own lane), and how the next claim may
          * follow them (overlap.h). */
-        struct cycle *flight[SHARE_PIPELINES_MAX];
+        struct cycle *flight[2 * SHARE_PIPELINES_MAX]; /* active ones, and done ones a claim may follow */
         size_t n_flight;
         struct overlap overlap;
         bool flight_moved; /* a batch finished this turn: later ones' waiting rows look again */

@@ -110,13 +110,19 @@ void batch_follow(struct batch *later, const struct batch *earlier) {
                 struct batch_row *r = &later->rows[i];
                 int j;
 
-                if (!r->key || r->prev >= 0 || r->after)
+                if (!r->key || r->prev >= 0 || r->after || r->after_blocked)
                         continue;
                 j = last_of(earlier, r->topic, r->key);
-                if (j >= 0) {
-                        r->after = earlier;
-                        r->after_row = (size_t)j;
+                if (j < 0)
+                        continue;
+                if (earlier->planned) {
+                        /* Its fate is final: decided now, so nothing points into a batch that may
+                         * be freed before this one sends. */
+                        r->after_blocked = batch_key_state(earlier, (size_t)j) != KEY_CLEAR;
+                        continue;
                 }
+                r->after = earlier;
+                r->after_row = (size_t)j;
         }
 }
 
@@ -208,6 +214,8 @@ enum send_answer batch_send_answer(const struct batch *b, size_t i) {
         /* The first of its sequence here: an earlier batch's rows of it must all be in Kafka
          * first. Sent while they are only in flight, it could overtake one that then fails, and
          * that batch's plan could not know (within one batch the plan sees both). */
+        if (r->after_blocked)
+                return SEND_HOLD;
         if (r->after)
                 switch (batch_key_state(r->after, r->after_row)) {
                 case KEY_CLEAR:

@@ -74,7 +74,8 @@ static rd_kafka_resp_err_t produce_row(struct relay *r, struct cycle *c, size_t 
                 if (ret < 0)
                         return RD_KAFKA_RESP_ERR__FAIL;
                 e = kafka_produce(&r->kafka, row->topic, row->key, row->key_len, row->payload,
-                                  row->payload_len, row->timestamp_ms, h, &c->slots[i], &c->outstanding);
+                                  row->payload_len, row->timestamp_ms, h, &c->slots[i], &c->outstanding,
+                                  c->round_at);
                 if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
                         return e;
                 rd_kafka_headers_destroy(h);
@@ -173,7 +174,6 @@ static int claim(struct relay *r, struct lane *lane, int limit, bool probe, int6
         _cleanup_free_ const char **keys = calloc(n_keys + 1, sizeof(char *));
         struct pg_skip skip = { .topics = topics, .key_topics = key_topics, .keys = keys };
         struct pg_order order = { 0, limit, false, start, lock_wait };
-        int ret;
 
         if (!topics || !key_topics || !keys) {
                 snprintf(err, errsz, "claim: out of memory");
@@ -194,9 +194,7 @@ static int claim(struct relay *r, struct lane *lane, int limit, bool probe, int6
                 c->locked = !sc.alone;
                 c->covers = c->covers && sc.alone;
         }
-        ret = pg_claim(&lane->pg, limit, &skip, &order, &c->claimed, c->deadline, err, errsz);
-        r->last_in_view = c->claimed.in_view;
-        return ret;
+        return pg_claim_start(&lane->pg, limit, &skip, &order, &c->claimed, c->deadline, err, errsz);
 }
 
 /* Carries out the plan's pauses: refused topics and held-back keys wait, what was delivered is
@@ -269,7 +267,7 @@ static int finish(struct relay *r, struct cycle *c, char *err, size_t errsz) {
          * systemd (EXTEND_TIMEOUT_USEC), not the whole batch deadline. */
         if (r->stop_at && r->stop_at + r->cfg->relay.drain_timeout + 5 * USEC_PER_SEC < deadline)
                 deadline = r->stop_at + r->cfg->relay.drain_timeout + 5 * USEC_PER_SEC;
-        return pg_finish(&c->lane->pg, done, n_done, fails, n_fails, deadline, err, errsz);
+        return pg_finish_start(&c->lane->pg, done, n_done, fails, n_fails, deadline, err, errsz);
 }
 
 /* The batch's figures for metrics.h: totals, the published rows by topic (one call per run of
@@ -375,6 +373,7 @@ static void decide(struct relay *r, struct cycle *c, size_t i) {
 
 /* Every row still waiting, in id order (a row sent lets the next of its key go too). */
 static void decide_waiting(struct relay *r, struct cycle *c) {
+        c->round_at = now_usec();
         for (size_t i = 0; i < c->b.n && c->b.waiting > 0 && !r->sig->hard_stop && !r->kafka.fatal; i++)
                 if (c->b.rows[i].state == ROW_WAITING)
                         decide(r, c, i);
@@ -389,7 +388,7 @@ static void stop_waiting(struct cycle *c) {
                 }
 }
 
-int cycle_start(struct relay *r, struct lane *lane, int limit, bool probe, int64_t start, usec_t lock_wait,
+int cycle_claim(struct relay *r, struct lane *lane, int limit, bool probe, int64_t start, usec_t lock_wait,
                 usec_t now, struct cycle **out) {
         /* Publishing may use the batch deadline less a reserve for the finish: a batch whose
          * deliveries ran to the deadline must still be able to record them and commit. */
@@ -405,31 +404,49 @@ int cycle_start(struct relay *r, struct lane *lane, int limit, bool probe, int64
         c->lane = lane;
         c->limit = limit;
         c->probe = probe;
+        c->start = start;
+        c->lock_wait = lock_wait;
         c->started = now_usec();
         c->deadline = now + timeout;
         c->publish_deadline = c->deadline - reserve;
+        c->state = CYCLE_CLAIMING;
         ret = claim(r, lane, limit, probe, start, lock_wait, c, now, err, sizeof(err));
-        if (ret == 0 && c->claimed.n == 0 && probe && r->probe_keys.n > 0) {
-                /* Only keys earlier probes failed on are left: try them again rather than
-                 * wait for their exclusion to run out while Kafka may be back. */
-                pause_set_clear(&r->probe_keys);
-                ret = claim(r, lane, limit, probe, start, lock_wait, c, now, err, sizeof(err));
-        }
-        if (ret == -EAGAIN) {
-                /* A lock not had within lock_wait: another batch holds it; later. */
-                log_debug("claim: %s", err);
-                cycle_free(c);
-                return ret;
-        }
         if (ret < 0) {
                 log_warning("claiming rows failed: %s", err);
                 cycle_free(c);
                 return ret; /* the database's trouble, not Kafka's */
         }
-        if (c->claimed.n == 0) {
-                cycle_free(c);
-                return 0;
+        *out = c;
+        return 0;
+}
+
+int cycle_claimed(struct relay *r, struct cycle *c) {
+        char err[512];
+        int ret = pg_poll(&c->lane->pg, err, sizeof(err));
+
+        if (ret == -EINPROGRESS)
+                return ret;
+        if (ret == 0 && c->claimed.n == 0 && c->probe && r->probe_keys.n > 0) {
+                /* Only keys earlier probes failed on are left: try them again rather than
+                 * wait for their exclusion to run out while Kafka may be back. */
+                pause_set_clear(&r->probe_keys);
+                ret = claim(r, c->lane, c->limit, true, c->start, c->lock_wait, c, now_usec(), err,
+                            sizeof(err));
+                if (ret == 0)
+                        return -EINPROGRESS;
         }
+        if (ret == -EAGAIN) {
+                /* A lock not had within lock_wait: another batch holds it; later. */
+                log_debug("claim: %s", err);
+                return ret;
+        }
+        if (ret < 0) {
+                log_warning("claiming rows failed: %s", err);
+                return ret; /* the database's trouble, not Kafka's */
+        }
+        r->last_in_view = c->claimed.in_view;
+        if (c->claimed.n == 0)
+                return 0;
         c->claimed_at = now_usec();
         ret = batch_init(&c->b, c->claimed.n);
         c->slots = calloc(c->claimed.n, sizeof(*c->slots));
@@ -453,19 +470,22 @@ int cycle_start(struct relay *r, struct lane *lane, int limit, bool probe, int64
         /* Rows of a (topic, key) that a batch still in flight holds too follow its newest one. */
         if (r->cfg->relay.ordering != ORDERING_NONE)
                 for (size_t k = r->n_flight; k-- > 0;)
-                        batch_follow(&c->b, &r->flight[k]->b);
-
-        /* First round: every row that may go, in id order, together. */
-        c->seen = r->kafka.reports;
-        for (size_t i = 0; i < c->b.n && !r->sig->hard_stop && !r->kafka.fatal; i++)
-                decide(r, c, i);
-        *out = c;
+                        if (r->flight[k] != c && r->flight[k]->state != CYCLE_CLAIMING)
+                                batch_follow(&c->b, &r->flight[k]->b);
+        c->state = CYCLE_FLIGHT;
         return (int)c->b.n;
 
 rollback:
-        pg_rollback(&lane->pg, now_usec() + 5 * USEC_PER_SEC);
-        cycle_free(c);
+        pg_rollback(&c->lane->pg, now_usec() + 5 * USEC_PER_SEC);
         return ret;
+}
+
+void cycle_send(struct relay *r, struct cycle *c) {
+        /* First round: every row that may go, in id order, together. */
+        c->seen = r->kafka.reports;
+        c->round_at = now_usec();
+        for (size_t i = 0; i < c->b.n && !r->sig->hard_stop && !r->kafka.fatal; i++)
+                decide(r, c, i);
 }
 
 bool cycle_ready(struct relay *r, struct cycle *c, usec_t now) {
@@ -487,15 +507,13 @@ void cycle_resolve(struct relay *r, struct cycle *c) {
         decide_waiting(r, c);
 }
 
-int cycle_finish(struct relay *r, struct cycle *c, enum batch_verdict *verdict, bool *left_pending) {
+int cycle_finish_start(struct relay *r, struct cycle *c, enum batch_verdict *verdict) {
         struct batch_rules rules = { .max_attempts = r->cfg->relay.max_attempts, .probe = c->probe };
-        usec_t finish_at, finished_at;
         char err[512];
         ssize_t j;
         int ret;
 
         *verdict = VERDICT_NONE;
-        *left_pending = true;
         stop_waiting(c);
         ret = await_reports(r, c);
         /* Then the suspects of a broker-side rejection, each alone, while time is left: "alone"
@@ -509,6 +527,7 @@ int cycle_finish(struct relay *r, struct cycle *c, enum batch_verdict *verdict, 
                 }
                 if (r->kafka.pending > 0)
                         break;
+                c->round_at = now_usec();
                 send_row(r, c, (size_t)j, true);
                 ret = await_reports(r, c);
         }
@@ -521,21 +540,15 @@ int cycle_finish(struct relay *r, struct cycle *c, enum batch_verdict *verdict, 
                 ret = -ENOTRECOVERABLE;
                 goto rollback;
         }
-        finish_at = now_usec();
+        c->finish_at = now_usec();
         ret = finish(r, c, err, sizeof(err));
-        finished_at = now_usec();
         if (ret < 0) {
-                /* Nothing was changed: every row stays pending and is published again (the
-                 * duplicates the design allows after a lost connection). */
                 log_warning("finishing a batch of %zu rows failed, they stay pending: %s", c->b.n, err);
                 *verdict = VERDICT_NONE;
-                goto rollback;
+                return ret;
         }
-        *left_pending = c->b.left + c->b.failed > 0;
-        apply_pauses(r, &c->b, now_usec());
-        record(r, c, c->claimed_at - c->started, finished_at - finish_at, finished_at - c->started);
-        account(r, &c->b);
-        return (int)c->b.n;
+        c->state = CYCLE_FINISHING;
+        return 0;
 
 rollback:
         pg_rollback(&c->lane->pg, now_usec() + 5 * USEC_PER_SEC);
@@ -544,12 +557,42 @@ rollback:
         return ret;
 }
 
+int cycle_finished(struct relay *r, struct cycle *c, bool *left_pending) {
+        char err[512];
+        int ret = pg_poll(&c->lane->pg, err, sizeof(err));
+        usec_t finished_at;
+
+        if (ret == -EINPROGRESS)
+                return ret;
+        *left_pending = true;
+        if (ret < 0) {
+                /* Nothing was changed: every row stays pending and is published again (the
+                 * duplicates the design allows after a lost connection). */
+                log_warning("finishing a batch of %zu rows failed, they stay pending: %s", c->b.n, err);
+                return ret;
+        }
+        finished_at = now_usec();
+        *left_pending = c->b.left + c->b.failed > 0;
+        apply_pauses(r, &c->b, finished_at);
+        record(r, c, c->claimed_at - c->started, finished_at - c->finish_at, finished_at - c->started);
+        account(r, &c->b);
+        c->state = CYCLE_DONE;
+        return (int)c->b.n;
+}
+
 void cycle_abandon(struct relay *r, struct cycle *c) {
         usec_t until = now_usec() + 5 * USEC_PER_SEC;
 
         /* What Kafka took of it goes out again: the duplicates the design allows after a fault. */
-        log_warning("giving up a batch of %zu rows in flight, they stay pending", c->b.n);
-        pg_rollback(&c->lane->pg, now_usec() + 5 * USEC_PER_SEC);
+        if (c->state == CYCLE_FLIGHT || c->state == CYCLE_FINISHING)
+                log_warning("giving up a batch of %zu rows in flight, they stay pending", c->b.n);
+        if (c->state != CYCLE_DONE) {
+                /* A statement in progress: the connection goes, and the server rolls back. */
+                if (c->lane->pg.op)
+                        pg_disconnect(&c->lane->pg);
+                else
+                        pg_rollback(&c->lane->pg, now_usec() + 5 * USEC_PER_SEC);
+        }
         stop_waiting(c);
         if (c->outstanding > 0)
                 kafka_purge_begin(&r->kafka);

@@ -2,8 +2,10 @@
 #include "kafka.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "message.h"
@@ -18,13 +20,18 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
                 d->status = rd_kafka_message_status(m);
                 d->partition = m->partition;
                 d->reported = true;
-                d->reported_at = now_usec();
                 /* librdkafka's own produce()-to-answer time: not delayed by when the loop
-                 * gets round to serving the report. */
+                 * gets round to serving the report (and no clock read per message). */
                 {
                         int64_t us = rd_kafka_message_latency(m);
 
-                        d->latency = us >= 0 ? (usec_t)us : d->reported_at - d->sent_at;
+                        if (us >= 0) {
+                                d->latency = (usec_t)us;
+                                d->reported_at = d->sent_at + d->latency;
+                        } else {
+                                d->reported_at = now_usec();
+                                d->latency = d->reported_at - d->sent_at;
+                        }
                 }
                 if (d->outstanding && *d->outstanding)
                         (*d->outstanding)--;
@@ -64,13 +71,38 @@ int kafka_open(struct kafka *k, rd_kafka_conf_t *conf, char *err, size_t errsz) 
         rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
         rd_kafka_conf_set_error_cb(conf, on_error);
         rd_kafka_conf_set_log_cb(conf, on_log);
+        k->event_fd[0] = k->event_fd[1] = -1;
         k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errsz);
         if (!k->rk)
                 return -EIO;
+        /* Without the pipe the loop still serves reports, only on its timer. */
+        k->main_queue = rd_kafka_queue_get_main(k->rk);
+        if (k->main_queue && pipe2(k->event_fd, O_NONBLOCK | O_CLOEXEC) == 0)
+                rd_kafka_queue_io_event_enable(k->main_queue, k->event_fd[1], "1", 1);
+        else
+                k->event_fd[0] = k->event_fd[1] = -1;
         return 0;
 }
 
+int kafka_event_fd(const struct kafka *k) {
+        return k->event_fd[0];
+}
+
+bool kafka_has_events(const struct kafka *k) {
+        return k->main_queue && rd_kafka_queue_length(k->main_queue) > 0;
+}
+
+/* The io event says "not empty any more" once: read it away before serving. */
+static void drain_event(struct kafka *k) {
+        char buf[64];
+
+        if (k->event_fd[0] >= 0)
+                while (read(k->event_fd[0], buf, sizeof(buf)) > 0)
+                        ;
+}
+
 void kafka_poll(struct kafka *k, int timeout_ms) {
+        drain_event(k);
         if (k->rk)
                 rd_kafka_poll(k->rk, timeout_ms);
 }
@@ -109,18 +141,18 @@ static void know_topic(struct kafka *k, const char *topic) {
 
 rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key, size_t key_len,
                                   const void *payload, size_t payload_len, int64_t timestamp_ms,
-                                  rd_kafka_headers_t *headers, struct kafka_delivery *d,
-                                  size_t *outstanding) {
+                                  rd_kafka_headers_t *headers, struct kafka_delivery *d, size_t *outstanding,
+                                  usec_t now) {
         rd_kafka_resp_err_t e;
 
         memset(d, 0, sizeof(*d));
         d->partition = RD_KAFKA_PARTITION_UA;
-        d->sent_at = now_usec();
+        d->sent_at = now;
         know_topic(k, topic);
         e = rd_kafka_producev(k->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
-                              RD_KAFKA_V_VALUE((void *)payload, payload_len),
-                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(timestamp_ms),
-                              RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+                              RD_KAFKA_V_VALUE((void *)payload, payload_len), RD_KAFKA_V_MSGFLAGS(0),
+                              RD_KAFKA_V_TIMESTAMP(timestamp_ms), RD_KAFKA_V_HEADERS(headers),
+                              RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 k->pending++;
                 d->outstanding = outstanding;
@@ -131,6 +163,7 @@ rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void
 }
 
 void kafka_flush(struct kafka *k, int timeout_ms) {
+        drain_event(k);
         if (k->rk)
                 rd_kafka_flush(k->rk, timeout_ms);
 }
@@ -161,6 +194,15 @@ void kafka_close(struct kafka *k, usec_t timeout) {
         for (size_t i = 0; i < k->n_known; i++)
                 rd_kafka_topic_destroy(k->known[i]);
         k->n_known = 0;
+        if (k->main_queue) {
+                rd_kafka_queue_io_event_enable(k->main_queue, -1, NULL, 0);
+                rd_kafka_queue_destroy(k->main_queue);
+                k->main_queue = NULL;
+        }
         rd_kafka_destroy(k->rk);
         k->rk = NULL;
+        for (int i = 0; i < 2; i++)
+                if (k->event_fd[i] >= 0)
+                        close(k->event_fd[i]);
+        k->event_fd[0] = k->event_fd[1] = -1;
 }

@@ -449,6 +449,9 @@ void pg_disconnect(struct pg *pg) {
         if (pg->conn)
                 PQfinish(pg->conn);
         pg->conn = NULL;
+        pg->op = PG_OP_NONE;
+        PQclear(pg->op_keep);
+        pg->op_keep = NULL;
         pg->in_tx = false;
         pg->member_slot = -1; /* a session lock ends with its session */
 }
@@ -927,33 +930,6 @@ int pg_consume_notifies(struct pg *pg) {
         return count;
 }
 
-/* Reads one query's result in pipeline mode (result + the NULL that ends it). */
-static int pipeline_result(struct pg *pg, usec_t deadline, PGresult **out) {
-        PGresult *res, *end;
-        int r;
-
-        *out = NULL;
-        res = next_result(pg, deadline, &r);
-        if (!res)
-                return r ? r : -ECONNRESET;
-        if (PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
-                *out = res; /* a sync has no terminating NULL */
-                return 0;
-        }
-        end = next_result(pg, deadline, &r);
-        if (end) {
-                PQclear(end);
-                PQclear(res);
-                return -EPROTO;
-        }
-        if (r < 0) {
-                PQclear(res);
-                return r;
-        }
-        *out = res;
-        return 0;
-}
-
 static int64_t be64(const char *p) {
         uint64_t v;
 
@@ -1021,6 +997,154 @@ void pg_batch_clear(struct pg_batch *b) {
         memset(b, 0, sizeof(*b));
 }
 
+/* Statements sent in pipeline mode whose results are read as they come (pg_poll): a claim (BEGIN,
+ * the settings, the claim) or a finish (DELETE or UPDATE, the failures, COMMIT), then the sync.
+ * Each statement's result is followed by a NULL; the first failure is the one kept (the results
+ * after it only say the pipeline was aborted). */
+static int op_begin(struct pg *pg, enum pg_op op, int statements, int keep, struct pg_batch *b,
+                    usec_t deadline) {
+        int r;
+
+        pg->op = op;
+        pg->op_n = statements;
+        pg->op_pos = 0;
+        pg->op_err = 0;
+        pg->op_msg[0] = 0;
+        pg->op_keep_at = keep;
+        pg->op_keep = NULL;
+        pg->op_batch = b;
+        pg->op_deadline = deadline;
+        r = PQflush(pg->conn);
+        if (r < 0) {
+                pg->op = PG_OP_NONE;
+                return -ECONNRESET;
+        }
+        pg->op_flush = r == 1;
+        return 0;
+}
+
+/* One statement's result, at its place in the pipeline. */
+static void op_result(struct pg *pg, int i, PGresult *res) {
+        ExecStatusType st = PQresultStatus(res);
+        bool ok = pg->op == PG_OP_CLAIM ? st == (i == 0 ? PGRES_COMMAND_OK : PGRES_TUPLES_OK)
+                                        : st == PGRES_COMMAND_OK;
+        const char *what = pg->op == PG_OP_CLAIM ? (i == 0 ? "BEGIN" : "claim") : "finish";
+
+        if (pg->op_err == 0 && !ok) {
+                const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+                result_err(res, pg->op_msg, sizeof(pg->op_msg), what);
+                note_stale_plan(pg, res);
+                /* lock_not_available: the claim's bound on lock waits ran out. */
+                pg->op_err = state && strcmp(state, "55P03") == 0 ? -EAGAIN : -EIO;
+        } else if (pg->op_err == 0 && pg->op == PG_OP_FINISH && i == pg->op_n - 1 &&
+                   strcmp(PQcmdStatus(res), "COMMIT") != 0) {
+                set_err(pg->op_msg, sizeof(pg->op_msg), "finish", "COMMIT turned into ROLLBACK");
+                pg->op_err = -EIO;
+        }
+        if (i == pg->op_keep_at && pg->op_err == 0)
+                pg->op_keep = res;
+        else
+                PQclear(res);
+}
+
+/* Reads what has come without waiting. 1: every result is in, 0: not yet, or -errno for the
+ * connection (-ECONNRESET, -ETIMEDOUT, -EPROTO, -ECANCELED). */
+static int op_step(struct pg *pg) {
+        if (pg->op_flush) {
+                int r = PQflush(pg->conn);
+
+                if (r < 0)
+                        return -ECONNRESET;
+                pg->op_flush = r == 1;
+        }
+        if (pg->cancel && *pg->cancel)
+                return -ECANCELED;
+        if (!PQconsumeInput(pg->conn))
+                return -ECONNRESET;
+        while (!PQisBusy(pg->conn)) {
+                PGresult *res = PQgetResult(pg->conn);
+                int pos = pg->op_pos++;
+
+                if (pos == 2 * pg->op_n) {
+                        bool sync = res && PQresultStatus(res) == PGRES_PIPELINE_SYNC;
+
+                        PQclear(res);
+                        if (!sync || !PQexitPipelineMode(pg->conn))
+                                return -EPROTO;
+                        return 1;
+                }
+                if (pos % 2 == 1) {
+                        if (res) {
+                                PQclear(res);
+                                return -EPROTO;
+                        }
+                        continue;
+                }
+                if (!res)
+                        return -EPROTO;
+                op_result(pg, pos / 2, res);
+        }
+        if (now_usec() >= pg->op_deadline)
+                return -ETIMEDOUT;
+        return 0;
+}
+
+static int claim_done(struct pg *pg, usec_t deadline, char *err, size_t errsz);
+static int finish_done(struct pg *pg, usec_t deadline, char *err, size_t errsz);
+
+int pg_poll(struct pg *pg, char *err, size_t errsz) {
+        enum pg_op op = pg->op;
+        int r;
+
+        if (!op)
+                return 0;
+        if (!pg->conn) {
+                pg->op = PG_OP_NONE;
+                return not_connected(err, errsz, op == PG_OP_CLAIM ? "claim" : "finish");
+        }
+        r = op_step(pg);
+        if (r == 0)
+                return -EINPROGRESS;
+        pg->op = PG_OP_NONE;
+        if (r < 0) {
+                PQclear(pg->op_keep);
+                pg->op_keep = NULL;
+                if (op == PG_OP_CLAIM)
+                        pg_batch_clear(pg->op_batch);
+                return fail_conn(pg, r, err, errsz, op == PG_OP_CLAIM ? "claim" : "finish");
+        }
+        /* The transaction's end (a rollback after a failure, the COMMIT of an empty claim) is
+         * short: it keeps the batch deadline. */
+        return op == PG_OP_CLAIM ? claim_done(pg, pg->op_deadline, err, errsz)
+                                 : finish_done(pg, pg->op_deadline, err, errsz);
+}
+
+short pg_poll_events(const struct pg *pg) {
+        return pg->op ? (short)(POLLIN | (pg->op_flush ? POLLOUT : 0)) : 0;
+}
+
+/* The blocking form of an operation just started: waits for it (serving pg->tick). */
+static int op_wait(struct pg *pg, char *err, size_t errsz) {
+        for (;;) {
+                int r = pg_poll(pg, err, errsz);
+
+                if (r != -EINPROGRESS)
+                        return r;
+                r = wait_socket(pg, pg_poll_events(pg), pg->op_deadline);
+                if (r < 0 && r != -ETIMEDOUT) {
+                        enum pg_op op = pg->op;
+
+                        pg->op = PG_OP_NONE;
+                        PQclear(pg->op_keep);
+                        pg->op_keep = NULL;
+                        if (op == PG_OP_CLAIM)
+                                pg_batch_clear(pg->op_batch);
+                        return fail_conn(pg, r, err, errsz, op == PG_OP_CLAIM ? "claim" : "finish");
+                }
+        }
+}
+
 /* A text[] literal ({"a","b\"c"}) of n strings; the caller frees it. NULL without memory. */
 static char *text_array(const char *const *v, size_t n) {
         size_t cap = 3, len = 0;
@@ -1061,8 +1185,8 @@ static int64_t claim_floor(const struct pg *pg) {
         return pg->claim_floor > 0 ? pg->claim_floor : INT64_MIN;
 }
 
-int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct pg_order *order,
-             struct pg_batch *b, usec_t deadline, char *err, size_t errsz) {
+int pg_claim_start(struct pg *pg, int limit, const struct pg_skip *skip, const struct pg_order *order,
+                   struct pg_batch *b, usec_t deadline, char *err, size_t errsz) {
         char lim[16], depth[16], first[16], cls[16], floor[24];
         _cleanup_free_ char *topics = NULL, *key_topics = NULL, *keys = NULL;
         const char *params[8] = { lim };
@@ -1070,12 +1194,15 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
         bool ordered = pg->cfg->relay.ordering == ORDERING_KEY;
         struct pg_order all = { 0, limit, false, 0, 0 };
         int nparams = 1;
-        PGresult *res = NULL;
         int r;
 
         memset(b, 0, sizeof(*b));
         if (!pg_connected(pg))
                 return not_connected(err, errsz, "claim");
+        if (pg->op) {
+                set_err(err, errsz, "claim", "a statement is still in progress on the connection");
+                return -EBUSY;
+        }
         if (pg->reprepare && !pg->in_tx) {
                 r = prepare_all(pg, deadline, err, errsz);
                 if (r < 0)
@@ -1170,56 +1297,26 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
                     !PQpipelineSync(pg->conn))
                         return fail_conn(pg, -ECONNRESET, err, errsz, "claim");
                 pg->in_tx = true;
-                r = flush_out(pg, deadline);
+                r = op_begin(pg, PG_OP_CLAIM, n ? 3 : 2, n ? 2 : 1, b, deadline);
                 if (r < 0)
-                        goto lost;
-                /* BEGIN, the settings, the claim: the first failure is the one to report (the
-                 * statements after it only say the pipeline was aborted). */
-                for (int i = 0, count = n ? 3 : 2; i < count; i++) {
-                        static const char *const what[] = { "BEGIN", "claim", "claim" };
-                        bool last = i == count - 1;
-                        int r2 = pipeline_result(pg, deadline, &res);
-
-                        if (r2 < 0) {
-                                r = r2;
-                                goto lost;
-                        }
-                        if (r == 0 && PQresultStatus(res) != (i == 0 ? PGRES_COMMAND_OK : PGRES_TUPLES_OK)) {
-                                const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-                                result_err(res, err, errsz, what[i]);
-                                note_stale_plan(pg, res);
-                                /* lock_not_available: the bound on lock waits ran out. */
-                                r = state && strcmp(state, "55P03") == 0 ? -EAGAIN : -EIO;
-                        }
-                        if (last && r == 0)
-                                b->res = res;
-                        else
-                                PQclear(res);
-                        res = NULL;
-                }
+                        return fail_conn(pg, r, err, errsz, "claim");
         }
-        r = r < 0 ? r : 0;
-        {
-                PGresult *sync = NULL;
-                int r2 = pipeline_result(pg, deadline, &sync);
+        return 0;
+}
 
-                if (r2 < 0 || PQresultStatus(sync) != PGRES_PIPELINE_SYNC) {
-                        PQclear(sync);
-                        r = r2 < 0 ? r2 : -EPROTO;
-                        goto lost;
-                }
-                PQclear(sync);
-        }
-        if (!PQexitPipelineMode(pg->conn)) {
-                r = -EPROTO;
-                goto lost;
-        }
+/* The claim's results are in (op_step): what they say. */
+static int claim_done(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
+        struct pg_batch *b = pg->op_batch;
+        int r = pg->op_err;
+
         if (r < 0) {
+                snprintf(err, errsz, "%s", pg->op_msg);
                 pg_batch_clear(b);
                 pg_rollback(pg, deadline);
                 return r;
         }
+        b->res = pg->op_keep;
+        pg->op_keep = NULL;
         r = batch_parse(b);
         if (r < 0) {
                 set_err(err, errsz, "claim", r == -ENOMEM ? "out of memory" : "unexpected result shape");
@@ -1235,10 +1332,6 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
                 return r < 0 ? r : 0;
         }
         return 0;
-
-lost:
-        pg_batch_clear(b);
-        return fail_conn(pg, r, err, errsz, "claim");
 }
 
 /* The ids as a binary int8[] parameter (*len bytes): no number formatting or parsing. */
@@ -1267,19 +1360,19 @@ static char *id_array(const int64_t *ids, size_t n, int *len) {
         return s;
 }
 
-int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg_failure *fails,
-              size_t n_fails, usec_t deadline, char *err, size_t errsz) {
+int pg_finish_start(struct pg *pg, const int64_t *done, size_t n_done, const struct pg_failure *fails,
+                    size_t n_fails, usec_t deadline, char *err, size_t errsz) {
         _cleanup_free_ char *done_arr = NULL;
         _cleanup_free_ int64_t *group = NULL;
         /* The id lists go in binary (int8[]), the rest as text. */
         static const int formats[4] = { 1, 0, 0, 0 };
         char **fail_arrs = NULL;
         size_t n_groups = 0, expected = 0;
-        int r = 0, first_err = 0;
+        int r = 0;
 
         if (!pg_connected(pg))
                 return not_connected(err, errsz, "finish");
-        if (!pg->in_tx) {
+        if (!pg->in_tx || pg->op) {
                 set_err(err, errsz, "finish", "no claimed batch to finish");
                 return -ECONNRESET;
         }
@@ -1342,47 +1435,9 @@ int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg
         if (!PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) || !PQpipelineSync(pg->conn))
                 goto send_failed;
         expected++;
-        r = flush_out(pg, deadline);
+        r = op_begin(pg, PG_OP_FINISH, (int)expected, -1, NULL, deadline);
         if (r < 0)
                 goto lost;
-        for (size_t i = 0; i < expected; i++) {
-                PGresult *res;
-
-                r = pipeline_result(pg, deadline, &res);
-                if (r < 0)
-                        goto lost;
-                if (!first_err) {
-                        ExecStatusType st = PQresultStatus(res);
-
-                        if (st != PGRES_COMMAND_OK) {
-                                result_err(res, err, errsz, "finish");
-                                note_stale_plan(pg, res);
-                                first_err = -EIO;
-                        } else if (i == expected - 1 && strcmp(PQcmdStatus(res), "COMMIT") != 0) {
-                                set_err(err, errsz, "finish", "COMMIT turned into ROLLBACK");
-                                first_err = -EIO;
-                        }
-                }
-                PQclear(res);
-        }
-        {
-                PGresult *sync;
-
-                r = pipeline_result(pg, deadline, &sync);
-                if (r < 0)
-                        goto lost;
-                PQclear(sync);
-        }
-        if (!PQexitPipelineMode(pg->conn)) {
-                r = -EPROTO;
-                goto lost;
-        }
-        if (first_err) {
-                pg_rollback(pg, deadline);
-                r = first_err;
-                goto out;
-        }
-        pg->in_tx = false;
         r = 0;
         goto out;
 
@@ -1401,6 +1456,31 @@ out:
                         free(fail_arrs[i]);
         free(fail_arrs);
         return r;
+}
+
+/* The finish's results are in (op_step). */
+static int finish_done(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
+        if (pg->op_err < 0) {
+                snprintf(err, errsz, "%s", pg->op_msg);
+                pg_rollback(pg, deadline);
+                return pg->op_err;
+        }
+        pg->in_tx = false;
+        return 0;
+}
+
+int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct pg_order *order,
+             struct pg_batch *b, usec_t deadline, char *err, size_t errsz) {
+        int r = pg_claim_start(pg, limit, skip, order, b, deadline, err, errsz);
+
+        return r < 0 ? r : op_wait(pg, err, errsz);
+}
+
+int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg_failure *fails,
+              size_t n_fails, usec_t deadline, char *err, size_t errsz) {
+        int r = pg_finish_start(pg, done, n_done, fails, n_fails, deadline, err, errsz);
+
+        return r < 0 || !pg->op ? r : op_wait(pg, err, errsz);
 }
 
 void pg_rollback(struct pg *pg, usec_t deadline) {

@@ -125,6 +125,9 @@ void relay_done(struct relay *r) {
         kafka_close(&r->kafka, r->sig->hard_stop ? 0 : r->cfg->relay.drain_timeout);
         /* Batches still in flight here are the ones whose reports never came (they would write
          * into them): left as they are, the process ends. */
+        for (size_t i = 0; i < r->n_flight; i++)
+                if (r->flight[i]->state == CYCLE_DONE && r->flight[i]->outstanding == 0)
+                        cycle_free(r->flight[i]);
         r->n_flight = 0;
         for (unsigned i = 0; i < r->n_lanes; i++)
                 pg_done(&r->lanes[i].pg);
@@ -328,14 +331,16 @@ static void relay_status(struct relay *r, usec_t now) {
                                                                  : "kafka ok",
                  shared_by);
         notify_status(&r->notifier, status);
-        if (now >= r->next_summary) {
-                if (t->published != r->last_summary.published ||
-                    t->dead_lettered != r->last_summary.dead_lettered || t->failed != r->last_summary.failed)
-                        log_event(LOG_INFO, LOG_EV_SUMMARY, NULL,
-                                  "summary: published %" PRIu64 " (+%" PRIu64 "), dead-lettered %" PRIu64
-                                  ", failed deliveries %" PRIu64 ", batches %" PRIu64 "%s",
-                                  t->published, t->published - r->last_summary.published, t->dead_lettered,
-                                  t->failed, t->batches, shared_by);
+        /* Only when something changed; a quiet period does not push the next one back (the
+         * first comes right after the first batch). */
+        if (now >= r->next_summary &&
+            (t->published != r->last_summary.published || t->dead_lettered != r->last_summary.dead_lettered ||
+             t->failed != r->last_summary.failed)) {
+                log_event(LOG_INFO, LOG_EV_SUMMARY, NULL,
+                          "summary: published %" PRIu64 " (+%" PRIu64 "), dead-lettered %" PRIu64
+                          ", failed deliveries %" PRIu64 ", batches %" PRIu64 "%s",
+                          t->published, t->published - r->last_summary.published, t->dead_lettered, t->failed,
+                          t->batches, shared_by);
                 r->last_summary = *t;
                 r->next_summary = now + r->cfg->relay.status_interval;
         }
@@ -748,32 +753,144 @@ static int after_batch(struct relay *r, int ret, enum batch_verdict verdict, use
         return 0;
 }
 
-/* Finishes every batch in flight that is ready, oldest first. Before a finished batch is freed,
- * the later ones decide the rows that waited for it (they point into it). */
-static int finish_ready(struct relay *r) {
+/* Batches claimed and not yet done (the flight may keep done ones a while: see reap()). */
+static size_t active(const struct relay *r) {
+        size_t n = 0;
+
+        for (size_t i = 0; i < r->n_flight; i++)
+                n += r->flight[i]->state != CYCLE_DONE;
+        return n;
+}
+
+static bool claiming(const struct relay *r) {
+        for (size_t i = 0; i < r->n_flight; i++)
+                if (r->flight[i]->state == CYCLE_CLAIMING)
+                        return true;
+        return false;
+}
+
+/* A batch is over (committed, failed, or nothing claimed): its lane is free, the chain hears of
+ * it, and the breaker and the back-off of what it said. */
+static int batch_over(struct relay *r, struct cycle *c, int ret, enum batch_verdict verdict, bool left) {
+        if (ret > 0 && r->metrics.d.totals.batches == 1)
+                r->next_status = 0; /* the first batch: STATUS= and the summary say so at once */
+        c->state = CYCLE_DONE;
+        c->lane->busy = false;
+        overlap_finished(&r->overlap, left || ret < 0, active(r));
+        return after_batch(r, ret, verdict, now_usec());
+}
+
+/* Frees the batches that are done, but not while a claim is in progress: the rows it brings may
+ * follow theirs (batch_follow), and must see how they ended. (A batch done before a claim was
+ * sent is no concern of that claim: overlap.h knew how it ended, and claims from the floor
+ * after one that left rows pending.) So at most relay.pipelines - 1 batches wait here. */
+static void reap(struct relay *r) {
+        if (claiming(r))
+                return;
         for (size_t i = 0; i < r->n_flight;) {
                 struct cycle *c = r->flight[i];
-                enum batch_verdict verdict;
-                bool left;
-                int ret;
 
-                if (!cycle_ready(r, c, now_usec())) {
+                if (c->state != CYCLE_DONE) {
                         i++;
                         continue;
                 }
-                ret = cycle_finish(r, c, &verdict, &left);
-                for (size_t j = i + 1; j < r->n_flight; j++)
-                        cycle_resolve(r, r->flight[j]);
-                c->lane->busy = false;
                 memmove(&r->flight[i], &r->flight[i + 1], (r->n_flight - i - 1) * sizeof(r->flight[0]));
                 r->n_flight--;
-                overlap_finished(&r->overlap, left || ret < 0, r->n_flight);
-                if (!(ret == -ENOTRECOVERABLE && c->outstanding > 0))
+                if (c->outstanding == 0)
                         cycle_free(c); /* else late reports still write into it: we exit */
-                ret = after_batch(r, ret, verdict, now_usec());
-                if (ret < 0)
+        }
+}
+
+static int claim_more(struct relay *r);
+
+/* A claim's rows came (or none, or an error): the chain hears of it, and when to claim again. */
+static int claimed(struct relay *r, struct cycle *c, int ret) {
+        usec_t now = now_usec();
+        int64_t proven = c->proven;
+        int limit = c->limit;
+
+        if (ret == -EAGAIN) {
+                /* Claim again once a batch in flight is done (from the floor). */
+                overlap_claimed(&r->overlap, 0, (size_t)limit, 0, false, proven, true);
+                r->wake = true;
+                return batch_over(r, c, 0, VERDICT_NONE, false);
+        }
+        if (ret <= 0) {
+                overlap_claimed(&r->overlap, 0, (size_t)limit, 0, false, proven,
+                                r->cfg->relay.ordering != ORDERING_NONE);
+                r->last_got = 0;
+        } else {
+                overlap_claimed(&r->overlap, (size_t)ret, (size_t)limit, c->highest, c->covers, proven,
+                                r->cfg->relay.ordering != ORDERING_NONE);
+                r->last_got = ret;
+        }
+        /* A full batch or a probe that found rows: more at once (as overlap.h allows). Sharing
+         * the table in key order, a short batch may only mean the rest is in the others' open
+         * batches (share.c says when); otherwise a notification or the poll. */
+        if (ret >= limit || (c->probe && ret > 0)) {
+                r->wake = true;
+        } else {
+                usec_t again = r->cfg->relay.poll_interval;
+
+                if (r->cfg->relay.ordering == ORDERING_KEY)
+                        again = share_next_wait(&r->share, ret > 0 ? (size_t)ret : 0, r->last_in_view, limit,
+                                                r->cfg->relay.poll_interval);
+                if (again == 0)
+                        r->wake = true;
+                else
+                        r->next_poll = now + again;
+        }
+        if (ret <= 0)
+                return batch_over(r, c, ret, VERDICT_NONE, false);
+        return 0;
+}
+
+/* One step of every batch in flight, oldest first: rows of a claim that came are sent (after the
+ * next claim is on its way, so the database works while this loop produces), a batch whose
+ * reports are in is planned and its finish sent, a finish that came back ends the batch. */
+static int step_flight(struct relay *r) {
+        for (size_t i = 0; i < r->n_flight; i++) {
+                struct cycle *c = r->flight[i];
+                bool left;
+                int ret = 0;
+
+                switch (c->state) {
+                case CYCLE_CLAIMING:
+                        ret = cycle_claimed(r, c);
+                        if (ret == -EINPROGRESS)
+                                break;
+                        ret = claimed(r, c, ret);
+                        if (ret == 0 && c->state == CYCLE_FLIGHT) {
+                                ret = claim_more(r);
+                                cycle_send(r, c);
+                        }
+                        break;
+                case CYCLE_FLIGHT:
+                        if (!cycle_ready(r, c, now_usec()))
+                                break;
+                        ret = cycle_finish_start(r, c, &c->verdict);
+                        /* Planned: the rows of later batches that waited for it are decided. */
+                        for (size_t j = i + 1; j < r->n_flight; j++)
+                                if (r->flight[j]->state == CYCLE_FLIGHT)
+                                        cycle_resolve(r, r->flight[j]);
+                        if (ret < 0)
+                                ret = batch_over(r, c, ret, c->verdict, true);
+                        break;
+                case CYCLE_FINISHING:
+                        ret = cycle_finished(r, c, &left);
+                        if (ret == -EINPROGRESS) {
+                                ret = 0;
+                                break;
+                        }
+                        ret = batch_over(r, c, ret, ret < 0 ? VERDICT_NONE : c->verdict, left);
+                        break;
+                case CYCLE_DONE:
+                        break;
+                }
+                if (ret < 0 && ret != -EINPROGRESS)
                         return ret;
         }
+        reap(r);
         return 0;
 }
 
@@ -784,110 +901,114 @@ static struct lane *free_lane(struct relay *r) {
         return NULL;
 }
 
-/* Claims while claims are due and overlap.h allows one more batch in flight. Nothing may come
+/* Sends the next claim when claims are due and overlap.h allows one more batch in flight; one
+ * claim at a time (a chain's next start is the newest claim's highest id). Nothing may come
  * between the breaker's gate and the claim: in half-open state the gate hands out the one probe,
  * and only the batch's outcome gives it back. */
 static int claim_more(struct relay *r) {
-        while (!r->stop_at && !r->sig->stop) {
-                usec_t now = now_usec();
-                size_t unlocked = 0;
-                struct overlap_rules rules;
-                struct overlap_next next;
-                struct lane *lane;
-                struct cycle *c;
-                int64_t proven = r->pg.id_seq ? r->floor.proven : 0;
-                bool probe;
-                int limit, ret;
+        usec_t now = now_usec();
+        size_t unlocked = 0;
+        struct overlap_rules rules;
+        struct overlap_next next;
+        struct lane *lane;
+        struct cycle *c;
+        bool probe;
+        int limit, ret;
 
-                if (!r->wake && now < r->next_poll)
-                        return 0;
-                if (r->state == RELAY_BACKOFF && now < r->retry_at)
-                        return 0;
-                for (size_t i = 0; i < r->n_flight; i++)
-                        unlocked += !r->flight[i]->locked;
-                rules = (struct overlap_rules){
-                        .in_flight = r->n_flight,
-                        .pipelines = r->n_lanes,
-                        .sharing = sharing(r),
-                        .unlocked = unlocked,
-                        /* A probe goes alone; so does a claim while something is paused (its form
-                         * skips rows, so nothing can follow it) or after it. */
-                        .serial = r->breaker.state != BREAKER_CLOSED ||
-                                pause_set_count_active(&r->paused_topics, now) > 0 ||
-                                pause_set_count_active(&r->paused_keys, now) > 0,
-                };
-                next = overlap_next(&r->overlap, &rules);
-                if (next.form == OVERLAP_WAIT || !(lane = free_lane(r)))
-                        return 0;
-                if (!breaker_gate(r, now))
-                        return 0;
-                probe = r->breaker.state == BREAKER_HALF_OPEN;
-                limit = probe && r->cfg->relay.batch_size > CYCLE_PROBE_ROWS ? CYCLE_PROBE_ROWS
-                                                                             : r->cfg->relay.batch_size;
-                r->wake = false;
-                /* With batches in flight this loop must not wait long for a lock: it is the one
-                 * that finishes them (a TRUNCATE queued on the table waits for them, and the
-                 * claim behind it). */
-                ret = cycle_start(r, lane, limit, probe,
-                                  next.form == OVERLAP_CHAIN ? next.start : r->floor.at,
-                                  r->n_flight ? CLAIM_LOCK_WAIT : 0, now, &c);
-                now = now_usec();
-                if (ret == -EAGAIN) {
-                        /* Claim again once a batch in flight is done (from the floor). */
-                        overlap_claimed(&r->overlap, 0, (size_t)limit, 0, false, proven, true);
-                        breaker_outcome(r, 0, VERDICT_NONE, now);
-                        r->wake = true;
-                        return 0;
-                }
-                if (ret <= 0) {
-                        overlap_claimed(&r->overlap, 0, (size_t)limit, 0, false, proven,
-                                        r->cfg->relay.ordering != ORDERING_NONE);
-                        r->last_got = 0;
-                        if (ret < 0)
-                                return after_batch(r, ret, VERDICT_NONE, now);
-                        breaker_outcome(r, 0, VERDICT_NONE, now);
-                } else {
-                        lane->busy = true;
-                        r->flight[r->n_flight++] = c;
-                        overlap_claimed(&r->overlap, (size_t)ret, (size_t)limit, c->highest, c->covers,
-                                        proven, r->cfg->relay.ordering != ORDERING_NONE);
-                        r->last_got = ret;
-                }
-                /* A full batch or a probe that found rows: more at once (as overlap.h allows). Sharing
-                 * the table in key order, a short batch may only mean the rest is in the others'
-                 * open batches (share.c says when); otherwise a notification or the poll. */
-                if (ret >= limit || (probe && ret > 0)) {
-                        r->wake = true;
-                } else {
-                        usec_t again = r->cfg->relay.poll_interval;
+        if (r->stop_at || r->sig->stop || claiming(r))
+                return 0;
+        if (!r->wake && now < r->next_poll)
+                return 0;
+        if (r->state == RELAY_BACKOFF && now < r->retry_at)
+                return 0;
+        for (size_t i = 0; i < r->n_flight; i++)
+                unlocked += r->flight[i]->state != CYCLE_DONE && !r->flight[i]->locked;
+        rules = (struct overlap_rules){
+                .in_flight = active(r),
+                .pipelines = r->n_lanes,
+                .sharing = sharing(r),
+                .unlocked = unlocked,
+                /* A probe goes alone; so does a claim while something is paused (its form skips
+                 * rows, so nothing can follow it) or after it. */
+                .serial = r->breaker.state != BREAKER_CLOSED ||
+                        pause_set_count_active(&r->paused_topics, now) > 0 ||
+                        pause_set_count_active(&r->paused_keys, now) > 0,
+        };
+        next = overlap_next(&r->overlap, &rules);
+        if (next.form == OVERLAP_WAIT || !(lane = free_lane(r)))
+                return 0;
+        if (!breaker_gate(r, now))
+                return 0;
+        reap(r);
+        probe = r->breaker.state == BREAKER_HALF_OPEN;
+        limit = probe && r->cfg->relay.batch_size > CYCLE_PROBE_ROWS ? CYCLE_PROBE_ROWS
+                                                                     : r->cfg->relay.batch_size;
+        r->wake = false;
+        /* With batches in flight this loop must not wait long for a lock: it is the one that
+         * finishes them (a TRUNCATE queued on the table waits for them, and the claim behind it). */
+        ret = cycle_claim(r, lane, limit, probe, next.form == OVERLAP_CHAIN ? next.start : r->floor.at,
+                          active(r) ? CLAIM_LOCK_WAIT : 0, now, &c);
+        if (ret < 0) {
+                overlap_claimed(&r->overlap, 0, (size_t)limit, 0, false, 0, true);
+                return after_batch(r, ret, VERDICT_NONE, now_usec());
+        }
+        c->proven = r->pg.id_seq ? r->floor.proven : 0;
+        lane->busy = true;
+        r->flight[r->n_flight++] = c;
+        /* Without other batches in flight nothing is gained by not waiting for it. */
+        if (active(r) == 1) {
+                ret = cycle_claimed(r, c);
+                while (ret == -EINPROGRESS) {
+                        struct pollfd p = { .fd = pg_socket(&lane->pg), .events = pg_poll_events(&lane->pg) };
 
-                        if (r->cfg->relay.ordering == ORDERING_KEY)
-                                again = share_next_wait(&r->share, (size_t)ret, r->last_in_view, limit,
-                                                        r->cfg->relay.poll_interval);
-                        if (again == 0)
-                                r->wake = true;
-                        else
-                                r->next_poll = now + again;
+                        if (p.fd < 0 || poll(&p, 1, 1000) < 0 || (relay_serve(r), r->sig->hard_stop))
+                                break;
+                        ret = cycle_claimed(r, c);
+                }
+                if (ret != -EINPROGRESS) {
+                        ret = claimed(r, c, ret);
+                        if (ret == 0 && c->state == CYCLE_FLIGHT) {
+                                ret = claim_more(r);
+                                cycle_send(r, c);
+                        }
+                        return ret;
                 }
         }
         return 0;
 }
 
-/* With batches in flight: serves their reports for a little while (returns as soon as one came),
- * and notes notifications that arrived. Alone in the producer, a batch is flushed: what linger.ms
- * holds back goes at once. */
+/* With batches in flight: waits until a claim or a finish comes back, Kafka has reports, a
+ * notification comes, or `timeout` passes. One batch alone waiting for Kafka is flushed instead:
+ * what linger.ms holds back goes at once. */
 static void wait_in_flight(struct relay *r, usec_t timeout) {
+        struct pollfd p[SHARE_PIPELINES_MAX + 2];
+        size_t n = 0, db_ops = 0;
         int ms;
 
         if (pg_connected(&r->pg) && pg_consume_notifies(&r->pg) > 0)
                 r->wake = true;
-        if (timeout > 10 * USEC_PER_MSEC)
-                timeout = 10 * USEC_PER_MSEC;
+        if (timeout > 50 * USEC_PER_MSEC)
+                timeout = 50 * USEC_PER_MSEC;
         ms = (int)((timeout + USEC_PER_MSEC - 1) / USEC_PER_MSEC);
-        if (r->n_flight == 1)
+        for (unsigned i = 0; i < r->n_lanes; i++)
+                if (pg_poll_events(&r->lanes[i].pg) && pg_socket(&r->lanes[i].pg) >= 0) {
+                        p[n++] = (struct pollfd){ .fd = pg_socket(&r->lanes[i].pg),
+                                                  .events = pg_poll_events(&r->lanes[i].pg) };
+                        db_ops++;
+                }
+        if (db_ops == 0 && active(r) == 1) {
                 kafka_flush(&r->kafka, ms);
-        else
-                kafka_poll(&r->kafka, ms);
+                return;
+        }
+        if (pg_socket(&r->pg) >= 0)
+                p[n++] = (struct pollfd){ .fd = pg_socket(&r->pg), .events = POLLIN };
+        if (kafka_event_fd(&r->kafka) >= 0)
+                p[n++] = (struct pollfd){ .fd = kafka_event_fd(&r->kafka), .events = POLLIN };
+        if (kafka_has_events(&r->kafka))
+                ms = 0;
+        if (poll(p, n, ms) > 0 && pg_connected(&r->pg) && pg_consume_notifies(&r->pg) > 0)
+                r->wake = true;
+        kafka_poll(&r->kafka, 0);
 }
 
 int relay_run(struct relay *r) {
@@ -912,7 +1033,7 @@ int relay_run(struct relay *r) {
 
         /* On a stop request nothing more is claimed, and the loop turns until the batches in
          * flight are finished (within the drain timeout: relay_deadline). */
-        while (!r->sig->stop || r->n_flight > 0) {
+        while (!r->sig->stop || active(r) > 0) {
                 usec_t now = now_usec(), wait;
 
                 if (r->sig->hard_stop) {
@@ -1000,7 +1121,7 @@ int relay_run(struct relay *r) {
                         continue;
                 }
 
-                ret = finish_ready(r);
+                ret = step_flight(r);
                 if (ret == 0)
                         ret = claim_more(r);
                 if (ret < 0) {
@@ -1009,8 +1130,10 @@ int relay_run(struct relay *r) {
                 }
                 now = now_usec();
                 relay_status(r, now);
-                if (r->n_flight > 0) {
-                        wait_in_flight(r, r->wake ? 0 : 10 * USEC_PER_MSEC);
+                if (active(r) > 0) {
+                        wait_in_flight(
+                                r,
+                                r->wake && !claiming(r) && active(r) < r->n_lanes ? 0 : 50 * USEC_PER_MSEC);
                         continue;
                 }
                 if (r->sig->stop)

@@ -271,13 +271,23 @@ static void follow_table(void **state) {
                         break;
                 }
                 batch_follow(&b, &a);
-                assert_ptr_equal(b.rows[0].after, &a);
-                assert_int_equal(b.rows[0].after_row, 2); /* A's last row of "t"/"k" */
+                if (c->fate == A_PLANNED_LEFT) {
+                        /* Planned: decided at once, no link into A. */
+                        assert_null(b.rows[0].after);
+                        assert_true(b.rows[0].after_blocked);
+                } else {
+                        assert_ptr_equal(b.rows[0].after, &a);
+                        assert_int_equal(b.rows[0].after_row, 2); /* A's last row of "t"/"k" */
+                }
                 assert_null(b.rows[1].after); /* "t"/"y": not in A */
                 assert_null(b.rows[2].after); /* not the first of its key in B: follows row 0 */
                 assert_null(b.rows[3].after); /* no key, no order */
-                assert_ptr_equal(b.rows[4].after, &a); /* "u"/"k": another sequence */
-                assert_int_equal(b.rows[4].after_row, 3);
+                if (c->fate != A_PLANNED_LEFT) {
+                        assert_ptr_equal(b.rows[4].after, &a); /* "u"/"k": another sequence */
+                        assert_int_equal(b.rows[4].after_row, 3);
+                } else {
+                        assert_false(b.rows[4].after_blocked); /* A delivered "u"/"k" */
+                }
 
                 assert_int_equal(batch_send_answer(&b, 0), c->first);
                 if (c->first == SEND_NOW)
@@ -329,6 +339,32 @@ static void the_newest_earlier_batch_is_followed(void **state) {
         batch_free(&c);
 }
 
+/* A batch planned before the later one was claimed: no pointer into it (it may be freed first),
+ * its verdict taken at once. */
+static void a_planned_batch_is_decided_at_once(void **state) {
+        const struct row_spec rows[] = { { "t", "ok" }, { "t", "bad" } };
+        const struct row_spec later[] = { { "t", "ok" }, { "t", "bad" }, { "t", "new" } };
+        struct batch a, b;
+        struct batch_rules rules = { .max_attempts = 10 };
+
+        (void)state;
+        make(&a, rows, 2, 1);
+        batch_sent(&a, 0, false);
+        batch_reported(&a, 0, RD_KAFKA_RESP_ERR_NO_ERROR, 0);
+        batch_sent(&a, 1, false);
+        batch_reported(&a, 1, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT, 0);
+        batch_plan(&a, &rules, NULL);
+        make(&b, later, 3, 10);
+        batch_follow(&b, &a);
+        batch_free(&a); /* gone before b sends: b must not need it */
+        for (size_t i = 0; i < 3; i++)
+                assert_null(b.rows[i].after);
+        assert_int_equal(batch_send_answer(&b, 0), SEND_NOW);
+        assert_int_equal(batch_send_answer(&b, 1), SEND_HOLD);
+        assert_int_equal(batch_send_answer(&b, 2), SEND_NOW);
+        batch_free(&b);
+}
+
 static void a_row_still_waiting_when_planned_is_left_pending(void **state) {
         const struct row_spec rows[] = { { "t", "k" }, { "t", "z" } };
         struct batch b;
@@ -358,6 +394,7 @@ int main(void) {
                 cmocka_unit_test(follow_table),
                 cmocka_unit_test(the_newest_earlier_batch_is_followed),
                 cmocka_unit_test(a_row_still_waiting_when_planned_is_left_pending),
+                cmocka_unit_test(a_planned_batch_is_decided_at_once),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
