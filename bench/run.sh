@@ -178,7 +178,7 @@ CLAIM=$(c_sql claim_fmt)
 DELETE=$(c_sql delete_fmt)
 case "$CLAIM" in "SELECT o.id,"*"ORDER BY o.id LIMIT \$1 FOR UPDATE SKIP LOCKED") ;;
 *) die "could not read the claim query from src/pg.c (claim_fmt), got: $CLAIM" ;; esac
-[ "$DELETE" = 'DELETE FROM outbox WHERE id = ANY($1::int8[])' ] ||
+[ "$DELETE" = 'DELETE FROM outbox WHERE ctid = ANY($1::tid[])' ] ||
         die "could not read the finish query from src/pg.c (delete_fmt), got: $DELETE"
 # $2 is the claim floor (docs/claim.md, "The claim floor"): 0 here, from the start of the index,
 # as a plain SQL claim reads it.
@@ -196,8 +196,8 @@ pgbench_script() {
         echo "${DELETE//\$1/:ids};"
         echo "COMMIT;"
 }
-pgbench_script "SELECT array_agg(s.id) AS ids, count(s.*) AS claimed FROM (${CLAIM//\$1/:lim}) s" >"$TB/ceiling.pgbench"
-pgbench_script "SELECT array_agg(id) AS ids FROM (${CLAIM//\$1/:lim}) s" >"$TB/ceiling-ids-only.pgbench"
+pgbench_script "SELECT array_agg(s.ctid) AS ids, count(s.*) AS claimed FROM (${CLAIM//\$1/:lim}) s" >"$TB/ceiling.pgbench"
+pgbench_script "SELECT array_agg(ctid) AS ids FROM (${CLAIM//\$1/:lim}) s" >"$TB/ceiling-ids-only.pgbench"
 TXNS=$(( (ROWS + BATCH - 1) / BATCH ))
 
 # Drains a freshly filled outbox with one pgbench script; sets P_ROWS, P_SECS (pgbench's clock),

@@ -12,9 +12,13 @@
 #include "config.h"
 #include "util.h"
 
+/* Where a row is (its ctid): the block << 16 | the offset in it. */
+typedef uint64_t pg_tid;
+
 /* One claimed row. Pointers point into the batch's PGresult and live until pg_batch_clear(). */
 struct pg_row {
         int64_t id;
+        pg_tid tid; /* stays where it is while the batch holds it (the finish names it so) */
         const char *topic;
         const char *key; /* NULL = no key */
         size_t key_len;
@@ -35,7 +39,7 @@ struct pg_batch {
 
 /* What to record about a row that was not delivered. */
 struct pg_failure {
-        int64_t id;
+        pg_tid tid; /* the row, as the claim gave it */
         int attempts_inc; /* 1 when the failure was the row's own, 0 for an outage */
         bool dead; /* park it in the dead-letter state */
         const char *reason; /* stored in last_error */
@@ -158,13 +162,13 @@ int pg_poll(struct pg *pg, char *err, size_t errsz);
 short pg_poll_events(const struct pg *pg); /* 0: nothing in progress */
 void pg_batch_clear(struct pg_batch *b);
 
-/* Finishes the claimed rows and COMMITs, one round trip: deletes or marks `done`, records
- * `fails`. On any error the transaction is gone, nothing was changed, and err says why. */
-int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg_failure *fails,
+/* Finishes the claimed rows and COMMITs, one round trip: deletes or marks `done` (the rows as
+ * the claim gave them: pg_row.tid), records `fails`. On any error the transaction is gone, nothing was changed, and err says why. */
+int pg_finish(struct pg *pg, const pg_tid *done, size_t n_done, const struct pg_failure *fails,
               size_t n_fails, usec_t deadline, char *err, size_t errsz);
 
 /* pg_finish() without waiting; pg_poll() reads its outcome. */
-int pg_finish_start(struct pg *pg, const int64_t *done, size_t n_done, const struct pg_failure *fails,
+int pg_finish_start(struct pg *pg, const pg_tid *done, size_t n_done, const struct pg_failure *fails,
                     size_t n_fails, usec_t deadline, char *err, size_t errsz);
 
 /* Rolls back an open transaction. Drops the connection if that fails. */

@@ -243,7 +243,7 @@ static void apply_pauses(struct relay *r, const struct batch *b, usec_t now) {
 /* The finishing transaction's lists, from the plan. */
 static int finish(struct relay *r, struct cycle *c, char *err, size_t errsz) {
         const struct batch *b = &c->b;
-        _cleanup_free_ int64_t *done = calloc(b->n, sizeof(*done));
+        _cleanup_free_ pg_tid *done = calloc(b->n, sizeof(*done));
         _cleanup_free_ struct pg_failure *fails = calloc(b->n, sizeof(*fails));
         size_t n_done = 0, n_fails = 0;
         usec_t deadline = c->deadline;
@@ -256,9 +256,9 @@ static int finish(struct relay *r, struct cycle *c, char *err, size_t errsz) {
                 const struct batch_row *row = &b->rows[i];
 
                 if (row->action == ACT_FINISH)
-                        done[n_done++] = row->id;
+                        done[n_done++] = c->claimed.rows[i].tid;
                 else if (row->action == ACT_FAIL)
-                        fails[n_fails++] = (struct pg_failure){ .id = row->id,
+                        fails[n_fails++] = (struct pg_failure){ .tid = c->claimed.rows[i].tid,
                                                                 .attempts_inc = row->attempts_inc,
                                                                 .dead = row->dead,
                                                                 .reason = row->reason };

@@ -17,12 +17,14 @@
  * (8.9 ms against 4.3 ms per 1000 rows). This is the form for the common case, nothing paused:
  * one walk of outbox_pending_idx in id order. (bench/run.sh reads this constant;
  * claim_skip_tmpl reuses its column list, up to " FROM".) */
-static const char claim_fmt[] = "SELECT o.id, o.topic, o.key, o.payload,"
-                                " floor(extract(epoch FROM o.created_at) * 1000)::int8, o.attempts, o.headers"
-                                " FROM %s o"
-                                " WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2::int8"
-                                " ORDER BY o.id LIMIT $1"
-                                " FOR UPDATE SKIP LOCKED";
+static const char claim_fmt[] =
+        "SELECT o.id, o.topic, o.key, o.payload,"
+        " floor(extract(epoch FROM o.created_at) * 1000)::int8, o.attempts, o.headers,"
+        " o.ctid"
+        " FROM %s o"
+        " WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2::int8"
+        " ORDER BY o.id LIMIT $1"
+        " FOR UPDATE SKIP LOCKED";
 
 /* The claim while topics ($2) or (topic, key) pairs ($3[i], $4[i]) are paused. Filtering them out
  * of the id-order walk would read their whole backlog on every claim (it sits at the head of the
@@ -119,11 +121,15 @@ static const char claim_skip_tmpl[] =
         " ORDER BY o.id LIMIT $1"
         " FOR UPDATE SKIP LOCKED";
 
-static const char delete_fmt[] = "DELETE FROM %s WHERE id = ANY($1::int8[])";
+/* The finish names its rows by where they are (ctid), not by id: a TID scan goes straight to
+ * each row where an id list took one descent of the primary key per row. Sound because the
+ * batch holds every one of them locked (FOR UPDATE) since the claim: nobody else can update or
+ * delete them, so each stays where the claim found it until this transaction ends. */
+static const char delete_fmt[] = "DELETE FROM %s WHERE ctid = ANY($1::tid[])";
 static const char mark_fmt[] =
-        "UPDATE %s SET published_at = now(), last_error = NULL WHERE id = ANY($1::int8[])";
+        "UPDATE %s SET published_at = now(), last_error = NULL WHERE ctid = ANY($1::tid[])";
 static const char fail_fmt[] = "UPDATE %s SET attempts = attempts + $2::int4, last_error = $3,"
-                               " dead_at = CASE WHEN $4::bool THEN now() END WHERE id = ANY($1::int8[])";
+                               " dead_at = CASE WHEN $4::bool THEN now() END WHERE ctid = ANY($1::tid[])";
 static const char retention_fmt[] =
         "DELETE FROM %s WHERE id IN (SELECT id FROM %s WHERE published_at < now() - $1::interval"
         " LIMIT $2)";
@@ -948,17 +954,17 @@ static int batch_parse(struct pg_batch *b) {
         PGresult *res = b->res;
         int n = PQntuples(res);
 
-        /* The ordered claim adds an eighth column: the pending rows it looked at. */
-        if (PQnfields(res) != 7 && PQnfields(res) != 8)
+        /* The ordered claim adds a ninth column: the pending rows it looked at. */
+        if (PQnfields(res) != 8 && PQnfields(res) != 9)
                 return -EPROTO;
         b->n = (size_t)n;
         b->in_view = (size_t)n;
         if (n == 0)
                 return 0;
-        if (PQnfields(res) == 8) {
-                if (PQgetlength(res, 0, 7) != 8)
+        if (PQnfields(res) == 9) {
+                if (PQgetlength(res, 0, 8) != 8)
                         return -EPROTO;
-                b->in_view = (size_t)be64(PQgetvalue(res, 0, 7));
+                b->in_view = (size_t)be64(PQgetvalue(res, 0, 8));
         }
         b->rows = calloc((size_t)n, sizeof(*b->rows));
         if (!b->rows)
@@ -966,9 +972,14 @@ static int batch_parse(struct pg_batch *b) {
         for (int i = 0; i < n; i++) {
                 struct pg_row *row = &b->rows[i];
 
-                if (PQgetlength(res, i, 0) != 8 || PQgetlength(res, i, 4) != 8 || PQgetlength(res, i, 5) != 4)
+                if (PQgetlength(res, i, 0) != 8 || PQgetlength(res, i, 4) != 8 ||
+                    PQgetlength(res, i, 5) != 4 || PQgetlength(res, i, 7) != 6)
                         return -EPROTO;
                 row->id = be64(PQgetvalue(res, i, 0));
+                /* tid's binary form: the block (4 bytes) and the offset in it (2), big-endian */
+                row->tid = (pg_tid)(uint32_t)be32(PQgetvalue(res, i, 7)) << 16 |
+                        (pg_tid)(((unsigned char)PQgetvalue(res, i, 7)[4] << 8) |
+                                 (unsigned char)PQgetvalue(res, i, 7)[5]);
                 row->topic = PQgetvalue(res, i, 1);
                 if (!PQgetisnull(res, i, 2)) {
                         row->key = PQgetvalue(res, i, 2);
@@ -1334,13 +1345,13 @@ static int claim_done(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         return 0;
 }
 
-/* The ids as a binary int8[] parameter (*len bytes): no number formatting or parsing. */
-static char *id_array(const int64_t *ids, size_t n, int *len) {
-        /* array_recv()'s format: dimensions, no NULLs, element type int8 (oid 20), one dimension
-         * of n from 1, then each element's length and big-endian value. */
-        size_t size = 20 + 12 * n;
+/* The rows' places as a binary tid[] parameter (*len bytes): no formatting or parsing. */
+static char *tid_array(const pg_tid *tids, size_t n, int *len) {
+        /* array_recv()'s format: dimensions, no NULLs, element type tid (oid 27), one dimension
+         * of n from 1, then each element's length and value (tidsend: block, offset). */
+        size_t size = 20 + 10 * n;
         char *s = malloc(size), *p = s;
-        uint32_t head[5] = { htobe32(1), htobe32(0), htobe32(20), htobe32((uint32_t)n), htobe32(1) };
+        uint32_t head[5] = { htobe32(1), htobe32(0), htobe32(27), htobe32((uint32_t)n), htobe32(1) };
 
         if (!s || size > INT32_MAX) {
                 free(s);
@@ -1349,22 +1360,23 @@ static char *id_array(const int64_t *ids, size_t n, int *len) {
         memcpy(p, head, sizeof(head));
         p += sizeof(head);
         for (size_t i = 0; i < n; i++) {
-                uint32_t l = htobe32(8);
-                uint64_t v = htobe64((uint64_t)ids[i]);
+                uint32_t l = htobe32(6), block = htobe32((uint32_t)(tids[i] >> 16));
+                uint16_t off = htobe16((uint16_t)(tids[i] & 0xffff));
 
                 memcpy(p, &l, 4);
-                memcpy(p + 4, &v, 8);
-                p += 12;
+                memcpy(p + 4, &block, 4);
+                memcpy(p + 8, &off, 2);
+                p += 10;
         }
         *len = (int)size;
         return s;
 }
 
-int pg_finish_start(struct pg *pg, const int64_t *done, size_t n_done, const struct pg_failure *fails,
+int pg_finish_start(struct pg *pg, const pg_tid *done, size_t n_done, const struct pg_failure *fails,
                     size_t n_fails, usec_t deadline, char *err, size_t errsz) {
         _cleanup_free_ char *done_arr = NULL;
-        _cleanup_free_ int64_t *group = NULL;
-        /* The id lists go in binary (int8[]), the rest as text. */
+        _cleanup_free_ pg_tid *group = NULL;
+        /* The row lists go in binary (tid[]), the rest as text. */
         static const int formats[4] = { 1, 0, 0, 0 };
         char **fail_arrs = NULL;
         size_t n_groups = 0, expected = 0;
@@ -1394,7 +1406,7 @@ int pg_finish_start(struct pg *pg, const int64_t *done, size_t n_done, const str
                 const char *params[1];
                 int lengths[1];
 
-                done_arr = id_array(done, n_done, &lengths[0]);
+                done_arr = tid_array(done, n_done, &lengths[0]);
                 if (!done_arr) {
                         r = -ENOMEM;
                         goto abandon;
@@ -1416,8 +1428,8 @@ int pg_finish_start(struct pg *pg, const int64_t *done, size_t n_done, const str
 
                 while (j < n_fails && fails[j].attempts_inc == fails[i].attempts_inc &&
                        fails[j].dead == fails[i].dead && strcmp(fails[j].reason, fails[i].reason) == 0)
-                        group[k++] = fails[j++].id;
-                fail_arrs[n_groups] = id_array(group, k, &lengths[0]);
+                        group[k++] = fails[j++].tid;
+                fail_arrs[n_groups] = tid_array(group, k, &lengths[0]);
                 if (!fail_arrs[n_groups]) {
                         r = -ENOMEM;
                         goto abandon;
@@ -1476,7 +1488,7 @@ int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct 
         return r < 0 ? r : op_wait(pg, err, errsz);
 }
 
-int pg_finish(struct pg *pg, const int64_t *done, size_t n_done, const struct pg_failure *fails,
+int pg_finish(struct pg *pg, const pg_tid *done, size_t n_done, const struct pg_failure *fails,
               size_t n_fails, usec_t deadline, char *err, size_t errsz) {
         int r = pg_finish_start(pg, done, n_done, fails, n_fails, deadline, err, errsz);
 

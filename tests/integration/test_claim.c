@@ -440,11 +440,11 @@ static void alone_and_shared_keep_order(void **state) {
                 usleep(300 * 1000);
                 assert_int_equal(atomic_load(&job.done), !cases[i].waits);
                 if (cases[i].commit) {
-                        int64_t *ids = calloc(held.n, sizeof(*ids));
+                        pg_tid *ids = calloc(held.n, sizeof(*ids));
 
                         assert_non_null(ids);
                         for (size_t r = 0; r < held.n; r++)
-                                ids[r] = held.rows[r].id;
+                                ids[r] = held.rows[r].tid;
                         if (pg_finish(&a, ids, held.n, NULL, 0, now_usec() + 5 * USEC_PER_SEC, err,
                                       sizeof(err)) < 0)
                                 fail_msg("pg_finish (case %zu): %s", i, err);
