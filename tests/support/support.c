@@ -1451,3 +1451,26 @@ uint64_t ts_rand(uint64_t *state) {
         *state = x;
         return x * 2685821657736338717ULL;
 }
+
+int64_t ts_topic_messages(const char *topic) {
+        rd_kafka_t *rk = admin_client();
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+        const struct rd_kafka_metadata *md = NULL;
+        int64_t total = 0;
+
+        if (rd_kafka_metadata(rk, 0, rkt, &md, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR || md->topic_cnt != 1 ||
+            md->topics[0].err)
+                fail_msg("metadata of topic '%s' not had", topic);
+        for (int p = 0; p < md->topics[0].partition_cnt; p++) {
+                int64_t lo = 0, hi = 0;
+
+                if (rd_kafka_query_watermark_offsets(rk, topic, md->topics[0].partitions[p].id, &lo, &hi,
+                                                     10000))
+                        fail_msg("watermarks of '%s' [%d] not had", topic, md->topics[0].partitions[p].id);
+                total += hi - lo;
+        }
+        rd_kafka_metadata_destroy(md);
+        rd_kafka_topic_destroy(rkt);
+        rd_kafka_destroy(rk);
+        return total;
+}

@@ -197,6 +197,9 @@ void ts_create_topic(const char *topic, int partitions, const char *name, const 
 /* Sets one topic-level config (AlterConfigs: the topic's other dynamic configs go back to their
  * defaults). Fails the test on error. */
 void ts_alter_topic(const char *topic, const char *name, const char *value);
+/* Messages the topic holds (high minus low watermark, every partition). Fails the test when the
+ * broker does not say. */
+int64_t ts_topic_messages(const char *topic);
 /* Produces one message and waits for its delivery report; returns the error code. */
 rd_kafka_resp_err_t ts_produce(const char *topic, const char *key, const void *value, size_t len);
 
