@@ -18,10 +18,12 @@
 #define BASELINE_AT 10000 /* events published when the first sample counts */
 #define MAX_GROWTH_KIB (6 * 1024) /* "flat": what the RSS may grow past the first sample */
 /* Past the warm-up (the first batches are not yet full, librdkafka's buffers still growing) the
- * RSS goes up and down by a few MiB with the batches in flight, but where it ends must be where it
- * was at STEADY_AT: a leak of ten bytes a row would show here as 9 MiB. */
+ * RSS still steps up once in a while: when the broker is slow for a moment, more of the batches'
+ * messages wait in librdkafka at once, and the allocator keeps the pages it grew. One such step
+ * was 3456 KiB in a CI run (peak and end equal, nothing after it), about what two batches of
+ * 2000 rows hold in flight. A leak keeps going: ten bytes a row shows here as 8.6 MiB. */
 #define STEADY_AT 100000
-#define MAX_STEADY_GROWTH_KIB (2 * 1024)
+#define MAX_STEADY_GROWTH_KIB (5 * 1024)
 
 /* The relay's resident set, KiB (VmRSS of /proc/PID/status). */
 static long rss_kib(pid_t pid) {
@@ -72,7 +74,8 @@ static void rss_stays_flat(void **state) {
                 if (inserted < ROWS &&
                     ts_pg_int(c, "SELECT count(*) FROM outbox WHERE topic = '%s'", topic) < 2 * CHUNK) {
                         /* a small first chunk, so the first sample comes near BASELINE_AT */
-                        int chunk = inserted ? (ROWS - inserted < CHUNK ? ROWS - inserted : CHUNK) : BASELINE_AT;
+                        int chunk =
+                                inserted ? (ROWS - inserted < CHUNK ? ROWS - inserted : CHUNK) : BASELINE_AT;
 
                         /* 200-byte payloads, 10,000 keys, 3 headers, as bench/run.sh writes them */
                         ts_pg_exec(c,
@@ -99,8 +102,10 @@ static void rss_stays_flat(void **state) {
                         peak = last;
         }
         fprintf(stderr,
-                "memory: RSS %ld KiB at %.0f events published, %ld KiB at %d, peak %ld KiB up to %.0f, %ld KiB "
-                "at the end (peak - first sample %ld KiB, at most %d; end - the sample at %d %ld KiB, at most "
+                "memory: RSS %ld KiB at %.0f events published, %ld KiB at %d, peak %ld KiB up to %.0f, %ld "
+                "KiB "
+                "at the end (peak - first sample %ld KiB, at most %d; end - the sample at %d %ld KiB, at "
+                "most "
                 "%d)\n",
                 base, at_base, steady, STEADY_AT, peak, n, last, peak - base, MAX_GROWTH_KIB, STEADY_AT,
                 last - steady, MAX_STEADY_GROWTH_KIB);

@@ -896,8 +896,16 @@ static void no_password_in_logs(void **state) {
                                             "sasl_username = \"relay\"; sasl_password = \"kafka" SECRET "\";"
                                             " debug = \"conf,generic\";" });
         assert_true(ts_notify_wait(n, "READY=1", 20000));
+        /* The topic exists before the first row: this test is about secrets, not about the broker
+         * creating a topic on first use. In one CI run the first row was still pending after 20 s
+         * with nothing in the relay's log after the topic's configuration (no delivery, no error);
+         * the other tests here still publish to topics created on first use. */
+        ts_create_topic(t, 1, NULL, NULL);
         ts_pg_exec(c, "SELECT outbox_enqueue('%s', 'k', 'secret test'::text)", t);
-        assert_true(ts_wait_drained(c, topics, 20000));
+        if (!ts_wait_drained(c, topics, 20000)) {
+                ts_relay_dump_log(&relay);
+                fail_msg("the first row was not published");
+        }
         from = log_size(&relay);
         write_file(relay.conf,
                    "postgres = { conninfo = \"%s application_name=promises-secret password=new" SECRET

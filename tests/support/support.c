@@ -1343,6 +1343,17 @@ bool ts_wait_drained(PGconn *c, const char *const *topics, int timeout_ms) {
                 if (ts_now_ms() > until) {
                         fprintf(stderr, "ts_wait_drained: %ld rows of %s still pending after %d ms\n", left,
                                 arr, timeout_ms);
+                        /* what the oldest of them says, for the failure's reader */
+                        res = PQexecParams(c,
+                                           "SELECT id, attempts, coalesce(last_error, '(none)') FROM outbox"
+                                           " WHERE topic = ANY($1::text[]) AND published_at IS NULL"
+                                           " AND dead_at IS NULL ORDER BY id LIMIT 1",
+                                           1, NULL, params, NULL, NULL, 0);
+                        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+                                fprintf(stderr,
+                                        "ts_wait_drained: oldest pending id %s, attempts %s, last error %s\n",
+                                        PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2));
+                        PQclear(res);
                         break;
                 }
                 usleep(50000);
