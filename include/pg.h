@@ -73,6 +73,9 @@ struct pg {
         int64_t claim_floor;
         uint32_t id_seq;
         char floor_off[160];
+        /* What the table lacks that the relay runs without (schema_check's notes; "" when
+         * nothing): pg_connect fills it, the relay says it once. */
+        char schema_notes[480];
         bool requeued; /* a notification said rows were put back in line (sql/003): the caller clears it */
         bool in_tx;
         bool no_listen; /* a pipeline's connection: claims and finishes only, no LISTEN */
@@ -100,7 +103,8 @@ int pg_init(struct pg *pg, const struct relay_config *cfg);
 void pg_done(struct pg *pg);
 
 /* Connects without blocking past `deadline` (monotonic µs), sets the session timeouts and
- * LISTENs. Returns 0, -ETIMEDOUT, or -ECONNREFUSED with libpq's message (password-free) in err.
+ * LISTENs. Returns 0, -ETIMEDOUT, or -ECONNREFUSED with libpq's message (password-free) in err;
+ * -ENOPKG when the table lacks what a migration of sql/ creates (schema_check), and err names it.
  * A host name is resolved by libpq with a blocking getaddrinfo() that the deadline does not
  * bound (docs/systemd.md, "PostgreSQL host names and DNS"); hostaddr= avoids it. */
 int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz);

@@ -42,6 +42,7 @@ struct relay {
         struct pg pg;
         struct lane lanes[SHARE_PIPELINES_MAX];
         unsigned n_lanes;
+        bool schema_said; /* what the table runs without was logged */
         /* The batches in flight, oldest first (each on its own lane), and how the next claim may
          * follow them (overlap.h). */
         struct cycle *flight[2 * SHARE_PIPELINES_MAX]; /* active ones, and done ones a claim may follow */
@@ -107,7 +108,8 @@ struct relay {
 int relay_init(struct relay *r, struct relay_config *cfg, struct signal_flags *sig);
 
 /* Runs until stopped. Returns 0 after a clean drain, -ECANCELED after a second signal,
- * -ENOTRECOVERABLE after a fatal producer error, other -errno on setup failure. */
+ * -ENOTRECOVERABLE after a fatal producer error, -ENOPKG when the table lacks a migration at
+ * start (said in the log), other -errno on setup failure. */
 int relay_run(struct relay *r);
 
 void relay_done(struct relay *r);

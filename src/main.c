@@ -6,11 +6,15 @@
 #include <string.h>
 #include <sysexits.h>
 
+#include <libpq-fe.h>
+
 #include "config.h"
 #include "kafka_guard.h"
 #include "log.h"
 #include "relay.h"
 #include "signals.h"
+#include "sql.h"
+#include "version.h"
 
 static void usage(FILE *f) {
         fprintf(f,
@@ -18,23 +22,52 @@ static void usage(FILE *f) {
                 "Relays rows from a PostgreSQL outbox table to Apache Kafka.\n\n"
                 "  -c, --config FILE   configuration file (default %s)\n"
                 "      --check-config  validate the configuration and exit\n"
+                "      --print-sql     print the table's migrations (sql/, in order) for psql and exit\n"
                 "  -h, --help          show this help\n"
-                "      --version       show the version\n\n"
-                "Exit status: 0 clean stop, 78 configuration error, 1 any other failure.\n",
+                "      --version       show the version and the libraries it runs with\n\n"
+                "Exit status: 0 clean stop, 78 configuration error (or a table that lacks a\n"
+                "migration), 1 any other failure. Every key of the file: outbox-relay.conf(5).\n",
                 CONFIG_DEFAULT_PATH);
+}
+
+static void version(void) {
+        int pq = PQlibVersion();
+
+        printf("outbox-relay %s\n", VERSION);
+        if (BUILD_GIT_DESCRIBE[0])
+                printf("built from git %s\n", BUILD_GIT_DESCRIBE);
+        printf("librdkafka %s\n", rd_kafka_version_str());
+        /* PQlibVersion(): major * 10000 + minor since PostgreSQL 10 */
+        printf("libpq %d.%d\n", pq / 10000, pq % 10000);
+        if (LIBSYSTEMD_VERSION[0])
+                printf("libsystemd %s (built against; it has no call that says its version at run time)\n",
+                       LIBSYSTEMD_VERSION);
+        else
+                printf("libsystemd: not built in\n");
+}
+
+/* The migrations, in the order they are applied; each is idempotent, so all of them may be
+ * applied again on every upgrade. */
+static void print_sql(void) {
+        puts("-- outbox-relay " VERSION ": the migrations of sql/, in order; each may be applied again.\n"
+             "\\set ON_ERROR_STOP on");
+        for (size_t i = 0; i < sql_migrations_n; i++)
+                printf("\n%s", sql_migrations[i].text); /* each starts with its name */
 }
 
 /* Exit status 78 (EX_CONFIG) says "fix the file", and systemd's RestartPreventExitStatus=78
  * stops restarting on it. So main() gives it only for what config_load() and
- * kafka_guard_probe() find wrong with the configuration, never for a failure at run time,
- * which a restart may well cure. */
+ * kafka_guard_probe() find wrong with the configuration, and for a table that lacks a migration
+ * when the relay starts (setup that a restart cannot cure either: relay_run's -ENOPKG), never
+ * for a failure at run time, which a restart may well cure. */
 int main(int argc, char **argv) {
-        enum { OPT_CHECK = 0x100, OPT_VERSION };
+        enum { OPT_CHECK = 0x100, OPT_VERSION, OPT_PRINT_SQL };
         static const struct option options[] = {
                 { "config", required_argument, NULL, 'c' },
                 { "check-config", no_argument, NULL, OPT_CHECK },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, OPT_VERSION },
+                { "print-sql", no_argument, NULL, OPT_PRINT_SQL },
                 { 0 },
         };
         const char *path = CONFIG_DEFAULT_PATH;
@@ -57,7 +90,10 @@ int main(int argc, char **argv) {
                         usage(stdout);
                         return 0;
                 case OPT_VERSION:
-                        printf("outbox-relay %s (librdkafka %s)\n", VERSION, rd_kafka_version_str());
+                        version();
+                        return 0;
+                case OPT_PRINT_SQL:
+                        print_sql();
                         return 0;
                 default:
                         usage(stderr);
@@ -110,6 +146,8 @@ int main(int argc, char **argv) {
         relay_done(&relay);
         /* The configuration was checked above: whatever fails from here on (the producer
          * included) gets 1, and systemd restarts the relay. */
+        if (r == -ENOPKG)
+                return EX_CONFIG;
         if (r < 0) {
                 if (r == -ECANCELED)
                         log_notice("second stop signal: rolled back, exiting without draining");

@@ -2,6 +2,7 @@
 #include "pg.h"
 
 #include "floor.h"
+#include "schema.h"
 #include "share.h"
 
 #include <endian.h>
@@ -716,6 +717,54 @@ static int read_id_sequence(struct pg *pg, int64_t *last, int64_t *node, usec_t 
         return 0;
 }
 
+/* What the table has, against what sql/ creates (schema_check): a table that lacks a migration
+ * would fail on its first claim with a message that names a column or an index, not the file to
+ * apply. One catalog query, on the listening connection only. */
+static int check_schema(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
+        const struct relay_config *cfg = pg->cfg;
+        const char *params[1] = { pg->table };
+        struct schema_facts f;
+        struct schema_verdict v;
+        PGresult *res;
+        int r;
+
+        r = exec_one(
+                pg,
+                "SELECT c.oid IS NOT NULL,"
+                " (SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), E'\\n')"
+                "    FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),"
+                " (SELECT string_agg(regexp_replace(pg_get_indexdef(i.indexrelid), '^.*? USING ', ''), "
+                "E'\\n')"
+                "    FROM pg_index i WHERE i.indrelid = c.oid AND i.indisvalid),"
+                " EXISTS (SELECT 1 FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid"
+                "    WHERE t.tgrelid = c.oid AND p.proname = 'outbox_notify' AND t.tgenabled <> 'D'),"
+                " to_regprocedure('outbox_enqueue(text,text,bytea,jsonb)') IS NOT NULL,"
+                " to_regprocedure('outbox_requeue(bigint[])') IS NOT NULL"
+                " FROM (SELECT to_regclass($1)::oid AS oid) c",
+                1, params, 0, deadline, &res, err, errsz, "the table's schema");
+        if (r < 0)
+                return r;
+        f = (struct schema_facts){
+                .table = PQgetvalue(res, 0, 0)[0] == 't',
+                .columns = PQgetvalue(res, 0, 1),
+                .indexes = PQgetvalue(res, 0, 2),
+                .notify_trigger = PQgetvalue(res, 0, 3)[0] == 't',
+                .enqueue = PQgetvalue(res, 0, 4)[0] == 't',
+                .requeue = PQgetvalue(res, 0, 5)[0] == 't',
+        };
+        r = schema_check(&f, cfg->relay.finish == FINISH_MARK && cfg->relay.retention, &v);
+        PQclear(res);
+        if (r < 0) {
+                snprintf(err, errsz,
+                         "table '%s' lacks what sql/%s creates: %s; apply it (outbox-relay --print-sql | "
+                         "psql)",
+                         cfg->postgres.table, v.missing, v.what);
+                return r;
+        }
+        snprintf(pg->schema_notes, sizeof(pg->schema_notes), "%s", v.notes);
+        return 0;
+}
+
 int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         const struct relay_config *cfg = pg->cfg;
         char idle[32], ktimeout[32], stmt[32], itx[32];
@@ -805,7 +854,13 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
                 pg_disconnect(pg);
                 return r == -EIO ? -ECONNREFUSED : r;
         }
-        r = pg->no_listen ? 0 : exec_simple(pg, pg->sql_listen, deadline, err, errsz, "LISTEN");
+        r = pg->no_listen ? 0 : check_schema(pg, deadline, err, errsz);
+        if (r == -ENOPKG) {
+                pg_disconnect(pg);
+                return r;
+        }
+        if (r >= 0)
+                r = pg->no_listen ? 0 : exec_simple(pg, pg->sql_listen, deadline, err, errsz, "LISTEN");
         if (r < 0) {
                 pg_disconnect(pg);
                 return r == -EIO ? -ECONNREFUSED : r;

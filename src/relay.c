@@ -430,10 +430,17 @@ static int connect_all(struct relay *r, usec_t now, char *err, size_t errsz) {
         return ret;
 }
 
-static void try_connect(struct relay *r, usec_t now) {
+/* Returns -ENOPKG when the table lacks a migration before the relay was ever ready: that is
+ * setup, not an outage, and the relay stops (exit 78). Once it has run, the same finding is
+ * retried like any connection failure (someone is changing the table under it). */
+static int try_connect(struct relay *r, usec_t now) {
         char err[512];
         int ret = connect_all(r, now, err, sizeof(err));
 
+        if (ret == -ENOPKG && !r->ready_sent) {
+                log_error("%s", err);
+                return ret;
+        }
         if (ret < 0) {
                 char what[600];
 
@@ -444,7 +451,11 @@ static void try_connect(struct relay *r, usec_t now) {
                         notify_extend_timeout(&r->notifier,
                                               r->retry_at - now_usec() + r->cfg->postgres.connect_timeout +
                                                       5 * USEC_PER_SEC);
-                return;
+                return 0;
+        }
+        if (r->pg.schema_notes[0] && !r->schema_said) {
+                log_notice("table '%s' runs without: %s", r->cfg->postgres.table, r->pg.schema_notes);
+                r->schema_said = true;
         }
         if (r->ready_sent)
                 metrics_reconnected(&r->metrics);
@@ -479,6 +490,7 @@ static void try_connect(struct relay *r, usec_t now) {
         r->next_leader_try = 0;
         r->state = RELAY_IDLE;
         r->wake = true; /* anything may have been written while we were away */
+        return 0;
 }
 
 /* finish = "mark": deletes marked rows past the retention in small batches, between claims
@@ -1077,9 +1089,13 @@ int relay_run(struct relay *r) {
                         }
                         if (r->sig->stop)
                                 break; /* nothing in flight any more */
-                        if (now >= r->retry_at)
-                                try_connect(r, now);
-                        else
+                        if (now >= r->retry_at) {
+                                ret = try_connect(r, now);
+                                if (ret < 0) {
+                                        abandon_all(r);
+                                        return ret;
+                                }
+                        } else
                                 wait_for_work(r, r->retry_at - now);
                         if (all_connected(r) && !r->ready_sent) {
                                 notify_ready(&r->notifier);
