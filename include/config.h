@@ -87,6 +87,21 @@ struct relay_config {
         } http;
 };
 
+/* One key of the table, as outbox-relay.conf(5) describes it. */
+struct config_key_doc {
+        const char *group, *name;
+        const char *type; /* "integer", "number", "duration", "string" */
+        char def[96]; /* the default, written as in the file */
+        char range[96]; /* what it may be */
+        bool reloadable; /* SIGHUP applies it; otherwise it needs a restart */
+        const char *doc; /* one paragraph */
+};
+
+/* The keys of the configuration table, for the manual page generated from it (tools/mkman.c),
+ * in the table's order: i from 0 to config_key_count() - 1. -ENOENT past the end. */
+size_t config_key_count(void);
+int config_key_describe(size_t i, struct config_key_doc *d);
+
 /* Fills `c` with the defaults. Strings are heap copies owned by `c`. */
 int config_defaults(struct relay_config *c);
 

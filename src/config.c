@@ -47,6 +47,7 @@ struct key {
         double def_real; /* KEY_RATIO default */
         const char *def_str; /* default of the string kinds */
         bool restart; /* a change takes effect only after a restart, not on SIGHUP */
+        const char *doc; /* one paragraph for outbox-relay.conf(5) */
 };
 
 #define SEC(n) ((long long)(n) * (long long)USEC_PER_SEC)
@@ -59,54 +60,159 @@ struct key {
 /* One row per key. The sample etc/outbox-relay.conf documents the same rows; a unit test
  * checks that loading the sample gives exactly these defaults. */
 static const struct key keys[] = {
-        { "postgres", "conninfo", KEY_CONNINFO, OFF(postgres.conninfo), .def_str = "", .restart = true },
-        { "postgres", "table", KEY_TABLE, OFF(postgres.table), .def_str = "outbox", .restart = true },
-        { "postgres", "channel", KEY_CHANNEL, OFF(postgres.channel), .def_str = "outbox", .restart = true },
+        { "postgres", "conninfo", KEY_CONNINFO, OFF(postgres.conninfo), .def_str = "", .restart = true,
+          .doc = "libpq connection string, key=value (\"host=db1 dbname=app user=relay\") or URI "
+                 "(\"postgresql://relay@db1/app\"); \"\" uses libpq's defaults and the PG* environment "
+                 "variables. Prefer a password file (PGPASSFILE, ~/.pgpass) to a password here; passwords "
+                 "never appear in logs." },
+        { "postgres", "table", KEY_TABLE, OFF(postgres.table), .def_str = "outbox", .restart = true,
+          .doc = "The outbox table: name or schema.name, each [A-Za-z_][A-Za-z0-9_]*, at most 63 characters. "
+                 "Used quoted, so case matters." },
+        { "postgres", "channel", KEY_CHANNEL, OFF(postgres.channel), .def_str = "outbox", .restart = true,
+          .doc = "The channel the relay LISTENs on for the insert trigger's NOTIFY (same rules as the "
+                 "table)." },
         { "postgres", "connect_timeout", KEY_DURATION, OFF(postgres.connect_timeout), SEC(1), MIN(10),
-          .def = SEC(10), .restart = true },
+          .def = SEC(10), .restart = true, .doc = "Deadline of one connection attempt." },
         { "postgres", "statement_timeout", KEY_DURATION, OFF(postgres.statement_timeout), MSEC(100), HOUR(1),
-          .def = SEC(30), .restart = true },
+          .def = SEC(30), .restart = true, .doc = "statement_timeout of the relay's sessions." },
         { "postgres", "keepalives_idle", KEY_DURATION, OFF(postgres.keepalives_idle), SEC(1), HOUR(2),
-          .def = SEC(30), .restart = true },
+          .def = SEC(30), .restart = true,
+          .doc = "TCP keepalive idle time of the connections (whole seconds)." },
         { "postgres", "tcp_user_timeout", KEY_DURATION, OFF(postgres.tcp_user_timeout), SEC(1), HOUR(1),
-          .def = SEC(30), .restart = true },
+          .def = SEC(30), .restart = true,
+          .doc = "TCP_USER_TIMEOUT: how long sent data may stay unacknowledged before the connection is "
+                 "dropped." },
 
-        { "relay", "batch_size", KEY_INT, OFF(relay.batch_size), 1, 10000, .def = 2000 },
-        { "relay", "pipelines", KEY_INT, OFF(relay.pipelines), 1, 8, .def = 2, .restart = true },
-        { "relay", "poll_interval", KEY_DURATION, OFF(relay.poll_interval), MSEC(10), MIN(10),
-          .def = SEC(5) },
+        { "relay", "batch_size", KEY_INT, OFF(relay.batch_size), 1, 10000, .def = 2000,
+          .doc = "Rows claimed per batch (one database transaction). A relay killed with kill -9 sends its "
+                 "open batches again: at most this many duplicates per pipeline." },
+        { "relay", "pipelines", KEY_INT, OFF(relay.pipelines), 1, 8, .def = 2, .restart = true,
+          .doc = "Batches in flight at once, each in a transaction on a PostgreSQL connection of its own "
+                 "(the relay keeps one more for LISTEN and its looks): while one waits for Kafka the next is "
+                 "claimed. Per-key order holds across them." },
+        { "relay", "poll_interval", KEY_DURATION, OFF(relay.poll_interval), MSEC(10), MIN(10), .def = SEC(5),
+          .doc = "Longest wait for a NOTIFY before looking at the table anyway." },
         { "relay", "batch_timeout", KEY_DURATION, OFF(relay.batch_timeout), SEC(1), HOUR(1), .def = SEC(60),
-          .restart = true },
-        { "relay", "drain_timeout", KEY_DURATION, OFF(relay.drain_timeout), SEC(1), HOUR(1), .def = SEC(30) },
-        { "relay", "finish", KEY_FINISH, OFF(relay.finish), .def = FINISH_DELETE },
-        { "relay", "ordering", KEY_ORDERING, OFF(relay.ordering), .def = ORDERING_KEY, .restart = true },
-        { "relay", "max_attempts", KEY_INT, OFF(relay.max_attempts), 1, 1000, .def = 10 },
-        { "relay", "retention", KEY_DURATION, OFF(relay.retention), MIN(1), DAY(3650), true, .def = DAY(7) },
+          .restart = true,
+          .doc = "Deadline of one claim, publish and finish cycle: row locks are held this long at most. "
+                 "kafka.message_timeout_ms must stay below it." },
+        { "relay", "drain_timeout", KEY_DURATION, OFF(relay.drain_timeout), SEC(1), HOUR(1), .def = SEC(30),
+          .doc = "On SIGTERM, the batches in flight are finished within this time." },
+        { "relay", "finish", KEY_FINISH, OFF(relay.finish), .def = FINISH_DELETE,
+          .doc = "What happens to a published row: \"delete\" it, or \"mark\" it with its publication time "
+                 "(see retention)." },
+        { "relay", "ordering", KEY_ORDERING, OFF(relay.ordering), .def = ORDERING_KEY, .restart = true,
+          .doc = "\"key\": every relay on the table publishes at once and per-(topic, key) order holds; "
+                 "\"single\": one relay per table publishes, the others stand by; \"none\": every relay "
+                 "claims, no order between relays. All relays on a table must use the same mode." },
+        { "relay", "max_attempts", KEY_INT, OFF(relay.max_attempts), 1, 1000, .def = 10,
+          .doc = "A row that fails on its own this many times is dead-lettered." },
+        { "relay", "retention", KEY_DURATION, OFF(relay.retention), MIN(1), DAY(3650), true, .def = DAY(7),
+          .doc = "finish = \"mark\" only: marked rows older than this are deleted; \"0\" keeps them." },
         { "relay", "status_interval", KEY_DURATION, OFF(relay.status_interval), SEC(1), DAY(1),
-          .def = SEC(60) },
+          .def = SEC(60), .doc = "Interval of the periodic summary line in the log." },
 
-        { "breaker", "failure_threshold", KEY_INT, OFF(breaker.failure_threshold), 1, 1000, .def = 5 },
-        { "breaker", "failure_ratio", KEY_RATIO, OFF(breaker.failure_ratio), .def_real = 0.5 },
-        { "breaker", "window", KEY_INT, OFF(breaker.window), 1, 10000, .def = 20 },
-        { "breaker", "cooldown", KEY_DURATION, OFF(breaker.cooldown), MSEC(100), HOUR(1), .def = SEC(5) },
+        { "breaker", "failure_threshold", KEY_INT, OFF(breaker.failure_threshold), 1, 1000, .def = 5,
+          .doc = "Consecutive transiently failed batches that open the circuit breaker." },
+        { "breaker", "failure_ratio", KEY_RATIO, OFF(breaker.failure_ratio), .def_real = 0.5,
+          .doc = "Share of failed batches among the last window that opens it (above 0, at most 1)." },
+        { "breaker", "window", KEY_INT, OFF(breaker.window), 1, 10000, .def = 20,
+          .doc = "Batches in the ratio window." },
+        { "breaker", "cooldown", KEY_DURATION, OFF(breaker.cooldown), MSEC(100), HOUR(1), .def = SEC(5),
+          .doc = "First open period; doubles on every failed probe up to cooldown_max (at most "
+                 "cooldown_max)." },
         { "breaker", "cooldown_max", KEY_DURATION, OFF(breaker.cooldown_max), MSEC(100), DAY(1),
-          .def = MIN(5) },
+          .def = MIN(5), .doc = "Cap of the open period." },
 
-        { "retry", "base", KEY_DURATION, OFF(retry.base), MSEC(1), HOUR(1), .def = MSEC(200) },
-        { "retry", "cap", KEY_DURATION, OFF(retry.cap), MSEC(1), DAY(1), .def = SEC(30) },
+        { "retry", "base", KEY_DURATION, OFF(retry.base), MSEC(1), HOUR(1), .def = MSEC(200),
+          .doc = "Base of the capped exponential backoff with full jitter for reconnects and failed batches: "
+                 "sleep = random(0, min(cap, base * 2^n)); at most cap." },
+        { "retry", "cap", KEY_DURATION, OFF(retry.cap), MSEC(1), DAY(1), .def = SEC(30),
+          .doc = "Cap of that backoff." },
 
-        { "log", "level", KEY_LOGLEVEL, OFF(log.level), .def = LOG_INFO },
+        { "log", "level", KEY_LOGLEVEL, OFF(log.level), .def = LOG_INFO,
+          .doc = "\"error\", \"warning\", \"notice\", \"info\" or \"debug\"." },
 
         /* 7460: outside 9100-9999, the range of the Prometheus exporters' port allocations (all
          * of it taken), and no service in Debian's /etc/services. */
-        { "http", "listen", KEY_LISTEN, OFF(http.listen), .def_str = "127.0.0.1:7460", .restart = true },
+        { "http", "listen", KEY_LISTEN, OFF(http.listen), .def_str = "127.0.0.1:7460", .restart = true,
+          .doc = "\"ADDRESS:PORT\", numeric (\"127.0.0.1:7460\", \"[::1]:7460\"), or \"\" for no HTTP: "
+                 "/health, /ready and /metrics. Port 0 takes any free port. Several relays on one machine "
+                 "need one port each." },
         { "http", "connection_limit", KEY_INT, OFF(http.connection_limit), 1, 1024, .def = 16,
-          .restart = true },
+          .restart = true, .doc = "HTTP connections served at once; more are refused." },
         { "http", "timeout", KEY_DURATION, OFF(http.timeout), SEC(1), MIN(10), .def = SEC(10),
-          .restart = true },
+          .restart = true, .doc = "An HTTP connection idle this long is closed." },
 };
 
 static const char *const groups[] = { "postgres", "kafka", "relay", "breaker", "retry", "log", "http" };
+
+size_t config_key_count(void) {
+        return ELEMENTSOF(keys);
+}
+
+int config_key_describe(size_t i, struct config_key_doc *d) {
+        const struct key *k;
+        char a[32], b[32];
+
+        if (i >= ELEMENTSOF(keys))
+                return -ENOENT;
+        k = &keys[i];
+        memset(d, 0, sizeof(*d));
+        d->group = k->group;
+        d->name = k->name;
+        d->doc = k->doc;
+        d->reloadable = !k->restart;
+        switch (k->kind) {
+        case KEY_INT:
+                d->type = "integer";
+                snprintf(d->def, sizeof(d->def), "%lld", k->def);
+                snprintf(d->range, sizeof(d->range), "%lld..%lld", k->min, k->max);
+                break;
+        case KEY_RATIO:
+                d->type = "number";
+                snprintf(d->def, sizeof(d->def), "%g", k->def_real);
+                snprintf(d->range, sizeof(d->range), "above 0, at most 1");
+                break;
+        case KEY_DURATION:
+                d->type = "duration";
+                snprintf(d->def, sizeof(d->def), "\"%s\"",
+                         cfgutil_format_duration((usec_t)k->def, a, sizeof(a)));
+                snprintf(d->range, sizeof(d->range), "%s%s..%s", k->zero_ok ? "\"0\" or " : "",
+                         cfgutil_format_duration((usec_t)k->min, a, sizeof(a)),
+                         cfgutil_format_duration((usec_t)k->max, b, sizeof(b)));
+                break;
+        case KEY_FINISH:
+                d->type = "string";
+                snprintf(d->def, sizeof(d->def), "\"delete\"");
+                snprintf(d->range, sizeof(d->range), "\"delete\" or \"mark\"");
+                break;
+        case KEY_ORDERING:
+                d->type = "string";
+                snprintf(d->def, sizeof(d->def), "\"key\"");
+                snprintf(d->range, sizeof(d->range), "\"key\", \"single\" or \"none\"");
+                break;
+        case KEY_LOGLEVEL:
+                d->type = "string";
+                snprintf(d->def, sizeof(d->def), "\"info\"");
+                snprintf(d->range, sizeof(d->range),
+                         "\"error\", \"warning\", \"notice\", \"info\" or \"debug\"");
+                break;
+        case KEY_CONNINFO:
+        case KEY_TABLE:
+        case KEY_CHANNEL:
+        case KEY_LISTEN:
+                d->type = "string";
+                snprintf(d->def, sizeof(d->def), "\"%s\"", k->def_str);
+                snprintf(d->range, sizeof(d->range), "%s",
+                         k->kind == KEY_CONNINFO         ? "a libpq connection string"
+                                 : k->kind == KEY_LISTEN ? "\"ADDRESS:PORT\" or \"\""
+                                 : k->kind == KEY_TABLE  ? "a name or schema.name, each up to 63 characters"
+                                                         : "a name, up to 63 characters");
+                break;
+        }
+        return 0;
+}
 
 static void *field(struct relay_config *c, const struct key *k) {
         return (char *)c + k->offset;

@@ -210,6 +210,44 @@ static void test_sample_is_valid_and_documents_defaults(void **state) {
         config_free(&d);
 }
 
+/* The sample, the manual page (tools/mkman.c) and --check-config say the same: every key of the
+ * table is in the sample, in its group, set to the default the table gives. */
+static void test_sample_lists_every_key(void **state) {
+        const char *srcdir = getenv("OUTBOX_RELAY_SRCDIR");
+        char path[4096], *text = NULL;
+        size_t cap = 0;
+        struct config_key_doc d;
+        FILE *f;
+
+        (void)state;
+        if (!srcdir)
+                skip();
+        snprintf(path, sizeof(path), "%s/etc/outbox-relay.conf", srcdir);
+        f = fopen(path, "r");
+        assert_non_null(f);
+        assert_true(getdelim(&text, &cap, 0, f) > 0);
+        fclose(f);
+        assert_true(config_key_count() > 20);
+        for (size_t i = 0; config_key_describe(i, &d) == 0; i++) {
+                char group[64], line[256];
+                const char *g, *end, *at;
+
+                assert_non_null(d.doc);
+                assert_true(strlen(d.doc) > 10);
+                snprintf(group, sizeof(group), "\n%s:\n{\n", d.group);
+                g = strstr(text, group);
+                if (!g)
+                        fail_msg("the sample has no group %s", d.group);
+                end = strstr(g, "\n};");
+                snprintf(line, sizeof(line), "\n        %s = %s;", d.name, d.def);
+                at = strstr(g, line);
+                if (!at || at > end)
+                        fail_msg("the sample's group %s does not set '%s = %s;'", d.group, d.name, d.def);
+        }
+        assert_int_equal(config_key_describe(config_key_count(), &d), -ENOENT);
+        free(text);
+}
+
 static void test_every_key_set(void **state) {
         struct relay_config c;
 
@@ -1370,6 +1408,7 @@ int main(void) {
                 cmocka_unit_test(test_defaults),
                 cmocka_unit_test(test_minimal_file_gives_defaults),
                 cmocka_unit_test(test_sample_is_valid_and_documents_defaults),
+                cmocka_unit_test(test_sample_lists_every_key),
                 cmocka_unit_test(test_every_key_set),
                 cmocka_unit_test(test_durations),
                 cmocka_unit_test(test_missing_file),
