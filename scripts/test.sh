@@ -84,6 +84,9 @@ rm -rf "$build"
 meson setup "$build" -Dwerror=true -Dtests=enabled -Dsystemd=enabled >/dev/null || fatal "meson setup failed"
 ninja -C "$build" || fatal "build failed"
 
+step "the Debian package: built, lintian, installed into a throw-away root and checked (tests/package)"
+counted "package check" tests/package/check.sh
+
 step "test bed: PostgreSQL + Kafka"
 tb=$(mktemp -d /tmp/outbox-relay-testbed.XXXXXX)
 trap 'scripts/testbed.sh stop "$tb" || true; rm -rf "$tb"' EXIT
