@@ -115,7 +115,7 @@ rc=$?
 cp "$build/meson-logs/testlog-valgrind.json" "$build/meson-logs/testlog.json" 2>/dev/null
 tally "valgrind run" "$build" $rc --no-suite integration
 
-step "fuzzing: the libFuzzer harnesses (tests/fuzz) with ASan+UBSan, ${FUZZ_SECONDS:=15} s each"
+step "fuzzing: the libFuzzer harnesses (tests/fuzz) with ASan+UBSan, ${FUZZ_SECONDS:=12} s each"
 counted "fuzzing" scripts/fuzz.sh "$FUZZ_SECONDS"
 
 step "unit and integration tests again, everything built with AddressSanitizer + UndefinedBehaviorSanitizer"

@@ -48,11 +48,17 @@ static void version(void) {
 
 /* The migrations, in the order they are applied; each is idempotent, so all of them may be
  * applied again on every upgrade. */
-static void print_sql(void) {
+static int print_sql(void) {
         puts("-- outbox-relay " VERSION ": the migrations of sql/, in order; each may be applied again.\n"
              "\\set ON_ERROR_STOP on");
         for (size_t i = 0; i < sql_migrations_n; i++)
                 printf("\n%s", sql_migrations[i].text); /* each starts with its name */
+        /* psql must not apply a cut script as if it were whole: a failed write is an error */
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+                fprintf(stderr, "outbox-relay: --print-sql: cannot write: %s\n", strerror(errno));
+                return 1;
+        }
+        return 0;
 }
 
 /* Exit status 78 (EX_CONFIG) says "fix the file", and systemd's RestartPreventExitStatus=78
@@ -71,7 +77,7 @@ int main(int argc, char **argv) {
                 { 0 },
         };
         const char *path = CONFIG_DEFAULT_PATH;
-        struct relay_config *cfg = calloc(1, sizeof(*cfg));
+        struct relay_config *cfg;
         struct relay relay;
         bool check = false;
         char err[1024];
@@ -93,8 +99,7 @@ int main(int argc, char **argv) {
                         version();
                         return 0;
                 case OPT_PRINT_SQL:
-                        print_sql();
-                        return 0;
+                        return print_sql();
                 default:
                         usage(stderr);
                         return EX_USAGE;
@@ -105,6 +110,8 @@ int main(int argc, char **argv) {
                 return EX_USAGE;
         }
 
+        /* allocated only now: the options that print and exit above leave nothing to free */
+        cfg = calloc(1, sizeof(*cfg));
         if (!cfg) {
                 fprintf(stderr, "<3>outbox-relay: out of memory\n");
                 return 1;

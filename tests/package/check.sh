@@ -37,7 +37,7 @@ else
 fi
 
 echo "building the package (dpkg-buildpackage -b -us -uc; log: $work/build.log)"
-if (cd "$src" && dpkg-buildpackage -b -us -uc) >"$work/build.log" 2>&1; then
+if (cd "$src" && DEB_BUILD_OPTIONS="parallel=$(nproc)" dpkg-buildpackage -b -us -uc) >"$work/build.log" 2>&1; then
         ok "dpkg-buildpackage -b -us -uc"
 else
         no "dpkg-buildpackage -b -us -uc"
