@@ -41,40 +41,38 @@ static const struct {
           1 },
 };
 
-/* Whether `lines` (newline-separated) holds a line equal to `want`. */
-static bool has_line(const char *lines, const char *want) {
-        size_t n = strlen(want);
+/* The first line of `lines` (newline-separated) that equals `head` (whole) or starts with it;
+ * its length in *len. NULL when there is none. */
+static const char *find_line(const char *lines, const char *head, bool whole, size_t *len) {
+        size_t n = strlen(head);
 
         for (const char *p = lines ? lines : ""; *p;) {
                 const char *end = strchr(p, '\n');
-                size_t len = end ? (size_t)(end - p) : strlen(p);
 
-                if (len == n && memcmp(p, want, n) == 0)
-                        return true;
+                *len = end ? (size_t)(end - p) : strlen(p);
+                if ((whole ? *len == n : *len > n) && memcmp(p, head, n) == 0)
+                        return p;
                 if (!end)
                         break;
                 p = end + 1;
         }
-        return false;
+        return NULL;
+}
+
+static bool has_line(const char *lines, const char *want) {
+        size_t len;
+
+        return find_line(lines, want, true, &len) != NULL;
 }
 
 /* The type `lines` gives column `name`, copied into buf ("" when there is no such column). */
 static const char *column_type(const char *lines, const char *name, char *buf, size_t size) {
-        size_t n = strlen(name);
+        char head[72];
+        const char *line;
+        size_t len, n = (size_t)snprintf(head, sizeof(head), "%s ", name);
 
-        buf[0] = 0;
-        for (const char *p = lines ? lines : ""; *p;) {
-                const char *end = strchr(p, '\n');
-                size_t len = end ? (size_t)(end - p) : strlen(p);
-
-                if (len > n && memcmp(p, name, n) == 0 && p[n] == ' ') {
-                        snprintf(buf, size, "%.*s", (int)(len - n - 1), p + n + 1);
-                        break;
-                }
-                if (!end)
-                        break;
-                p = end + 1;
-        }
+        line = find_line(lines, head, false, &len);
+        snprintf(buf, size, "%.*s", line ? (int)(len - n) : 0, line ? line + n : "");
         return buf;
 }
 

@@ -21,6 +21,19 @@ static void bare_table(PGconn *c, const char *name) {
                    name, name, name);
 }
 
+/* 004's two indexes on `table` (and 001's pending index first, when `with_001`). */
+static void claim_indexes(PGconn *c, const char *table, bool with_001) {
+        if (with_001)
+                ts_pg_exec(c, "CREATE INDEX ON %s (id) WHERE published_at IS NULL AND dead_at IS NULL",
+                           table);
+        ts_pg_exec(c,
+                   "CREATE INDEX ON %s (topic COLLATE \"C\", id) INCLUDE (key)"
+                   " WHERE published_at IS NULL AND dead_at IS NULL;"
+                   " CREATE INDEX ON %s (topic, key COLLATE \"C\", id)"
+                   " WHERE published_at IS NULL AND dead_at IS NULL",
+                   table, table);
+}
+
 /* Starts a relay on `table` and returns its exit status; it must stop on its own. */
 static int run_on(struct ts_relay *r, const char *table) {
         char extra[128];
@@ -55,7 +68,9 @@ static void missing_004_exits_78(void **state) {
 
         (void)state;
         bare_table(c, "outbox_sc4");
-        ts_pg_exec(c, "CREATE INDEX ON outbox_sc4 (id) WHERE published_at IS NULL AND dead_at IS NULL");
+        ts_pg_exec(
+                c,
+                "CREATE INDEX ON outbox_sc4 (id) WHERE published_at IS NULL AND dead_at IS NULL"); /* 001 only */
         ts_pg_exec(c,
                    "INSERT INTO outbox_sc4 (topic, key, payload) SELECT '%s', 'k' || (i %% 3),"
                    " convert_to('row ' || i, 'UTF8') FROM generate_series(1, 20) i",
@@ -67,11 +82,7 @@ static void missing_004_exits_78(void **state) {
                 ts_pg_int(c, "SELECT count(*) FROM outbox_sc4 WHERE published_at IS NULL AND attempts = 0"),
                 20);
 
-        ts_pg_exec(c,
-                   "CREATE INDEX ON outbox_sc4 (topic COLLATE \"C\", id) INCLUDE (key)"
-                   " WHERE published_at IS NULL AND dead_at IS NULL;"
-                   " CREATE INDEX ON outbox_sc4 (topic, key COLLATE \"C\", id)"
-                   " WHERE published_at IS NULL AND dead_at IS NULL");
+        claim_indexes(c, "outbox_sc4", false);
         ts_relay_start_opts(&r,
                             &(struct ts_relay_opts){ .relay_group = "poll_interval = \"200ms\";",
                                                      .postgres_extra = "table = \"outbox_sc4\";" });
@@ -114,12 +125,7 @@ static void missing_001_and_003_exit_78(void **state) {
 
         /* the test bed's table has 003; a copy without its published_at index does not */
         bare_table(c, "outbox_sc3");
-        ts_pg_exec(c,
-                   "CREATE INDEX ON outbox_sc3 (id) WHERE published_at IS NULL AND dead_at IS NULL;"
-                   " CREATE INDEX ON outbox_sc3 (topic COLLATE \"C\", id) INCLUDE (key)"
-                   " WHERE published_at IS NULL AND dead_at IS NULL;"
-                   " CREATE INDEX ON outbox_sc3 (topic, key COLLATE \"C\", id)"
-                   " WHERE published_at IS NULL AND dead_at IS NULL");
+        claim_indexes(c, "outbox_sc3", true);
         ts_relay_start_opts(&r,
                             &(struct ts_relay_opts){ .relay_group = "finish = \"mark\"; retention = \"1h\";",
                                                      .postgres_extra = "table = \"outbox_sc3\";" });
