@@ -109,6 +109,24 @@ static void test_missing_file(void **state) {
         free(err);
 }
 
+/* --print-sql into a full disk: exit 1 and a line saying so, never a cut script taken as whole. */
+static void test_print_sql_cannot_write(void **state) {
+        char cmd[4096], line[512] = "";
+        FILE *p;
+        int status;
+
+        (void)state;
+        snprintf(cmd, sizeof(cmd), "'%s' --print-sql 2>&1 >/dev/full", relay_bin());
+        p = popen(cmd, "r");
+        assert_non_null(p);
+        if (!fgets(line, sizeof(line), p))
+                line[0] = 0;
+        status = pclose(p);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 1);
+        assert_non_null(strstr(line, "outbox-relay: --print-sql: cannot write: No space left on device"));
+}
+
 static void test_bad_file(void **state) {
         const struct bad_case *bc = *state;
         char want[4200], *err = NULL;
@@ -180,12 +198,14 @@ int main(void) {
                 return 1;
         }
         cases = calloc(g.gl_pathc, sizeof(*cases));
-        tests = calloc(g.gl_pathc + 2, sizeof(*tests));
+        tests = calloc(g.gl_pathc + 3, sizeof(*tests));
         if (!cases || !tests)
                 return 1;
         tests[n++] = (struct CMUnitTest){ "sample etc/outbox-relay.conf is valid", test_sample_is_valid, NULL,
                                           NULL, NULL };
         tests[n++] = (struct CMUnitTest){ "missing file", test_missing_file, NULL, NULL, NULL };
+        tests[n++] = (struct CMUnitTest){ "--print-sql cannot write", test_print_sql_cannot_write, NULL, NULL,
+                                          NULL };
         for (size_t i = 0; i < g.gl_pathc; i++) {
                 const char *base = strrchr(g.gl_pathv[i], '/');
 
