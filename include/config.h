@@ -58,6 +58,7 @@ struct relay_config {
                 usec_t drain_timeout; /* on SIGTERM finish the batch in flight within, default 30s */
                 enum finish_mode finish; /* default FINISH_DELETE */
                 enum ordering_mode ordering; /* default ORDERING_KEY */
+                char *source; /* the outbox-source header; "" (default): derived (message_source()) */
                 int max_attempts; /* dead-letter a row failing on its own after N tries, default 10 */
                 usec_t retention; /* FINISH_MARK: delete marked rows older than this, 0 = keep, default 7d */
                 usec_t status_interval; /* periodic summary line, default 60s */

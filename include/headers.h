@@ -14,7 +14,7 @@
  *
  * Returns 0 when the headers are usable, 1 when they are not (then `reason` says why, in the
  * words the relay has always stored in last_error: "headers must be a JSON object (got
- * array)", "header 'outbox-id' is reserved for the relay", "header 'n' must have a string
+ * array)", "header 'outbox-id' is reserved for the relay" (and 'outbox-source'), "header 'n' must have a string
  * value (got number)" for the first such name, quoted as quote_literal() does), -ENOMEM. */
 int headers_expand(const char *json, size_t len, char *out, size_t *out_len, char *reason, size_t reasonsz);
 

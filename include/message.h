@@ -8,6 +8,8 @@
 #include <librdkafka/rdkafka.h>
 
 #define MESSAGE_ID_HEADER "outbox-id"
+#define MESSAGE_SOURCE_HEADER "outbox-source"
+#define MESSAGE_SOURCE_MAX 200 /* bytes of a source, its NUL not counted */
 
 /* What a delivery outcome means for the row and for the relay. */
 enum outcome {
@@ -42,7 +44,23 @@ int message_log_level(int level, const char *fac, const char *text);
 const char *message_topic_invalid(const char *topic);
 const char *outcome_to_string(enum outcome o);
 
+/* relay.source's rule: 1..MESSAGE_SOURCE_MAX bytes of well-formed UTF-8 without control
+ * characters (C0, DEL, C1). Returns NULL for a legal source, else why not (a static string). */
+const char *message_source_invalid(const char *source);
+
+/* The source the relay sends in the outbox-source header: `configured` unless it is "", else
+ * derived from where the table lives, "DATABASE/SCHEMA.TABLE" (current_database(), the table's
+ * schema and name as the catalog spells them: "shop/public.outbox"). Names survive a restart
+ * and a failover to a physical standby (same database, same names); a renamed database or
+ * table changes the derived value, which is why it can be configured. A derived value that
+ * would break the rule (a name with control characters, longer than MESSAGE_SOURCE_MAX) is an
+ * error: the relay cannot start without a source (-EINVAL; `buf` then says why). Writes at most
+ * `size` bytes (MESSAGE_SOURCE_MAX + 1 holds every legal source). Returns 0, -EINVAL. */
+int message_source(const char *configured, const char *database, const char *schema, const char *table,
+                   char *buf, size_t size);
+
 /* Builds the header list for a row: the row's headers as expanded by the claim query
- * ("name\0value\0" pairs, `buf` may be NULL) followed by "outbox-id: <id>". Returns 0, or
- * -EBADMSG when `buf` is not well formed, -ENOMEM. The caller owns *out. */
-int message_headers(const char *buf, size_t len, int64_t id, rd_kafka_headers_t **out);
+ * ("name\0value\0" pairs, `buf` may be NULL) followed by "outbox-id: <id>" and, when `source`
+ * is not NULL, "outbox-source: <source>". Returns 0, or -EBADMSG when `buf` is not well formed,
+ * -ENOMEM. The caller owns *out. */
+int message_headers(const char *buf, size_t len, int64_t id, const char *source, rd_kafka_headers_t **out);

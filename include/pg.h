@@ -9,6 +9,8 @@
 
 #include <libpq-fe.h>
 
+#include "message.h"
+
 #include "config.h"
 #include "util.h"
 
@@ -76,6 +78,9 @@ struct pg {
         /* What the table lacks that the relay runs without (schema_check's notes; "" when
          * nothing): pg_connect fills it, the relay says it once. */
         char schema_notes[480];
+        /* The outbox-source header (message_source()): relay.source, or derived from the
+         * database and the table; pg_connect fills it on the listening connection. */
+        char source[MESSAGE_SOURCE_MAX + 1];
         bool requeued; /* a notification said rows were put back in line (sql/003): the caller clears it */
         bool in_tx;
         bool no_listen; /* a pipeline's connection: claims and finishes only, no LISTEN */

@@ -43,6 +43,7 @@ struct relay {
         struct lane lanes[SHARE_PIPELINES_MAX];
         unsigned n_lanes;
         bool schema_said; /* what the table runs without was logged */
+        char source[MESSAGE_SOURCE_MAX + 1]; /* the outbox-source header of every message */
         /* The batches in flight, oldest first (each on its own lane), and how the next claim may
          * follow them (overlap.h). */
         struct cycle *flight[2 * SHARE_PIPELINES_MAX]; /* active ones, and done ones a claim may follow */

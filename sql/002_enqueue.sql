@@ -36,6 +36,9 @@ BEGIN
         IF p_headers ? 'outbox-id' THEN
             RAISE EXCEPTION 'outbox_enqueue: header ''outbox-id'' is reserved for the relay';
         END IF;
+        IF p_headers ? 'outbox-source' THEN
+            RAISE EXCEPTION 'outbox_enqueue: header ''outbox-source'' is reserved for the relay';
+        END IF;
     END IF;
     INSERT INTO outbox (topic, key, payload, headers)
     VALUES (p_topic, p_key, p_payload, p_headers)

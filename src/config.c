@@ -19,6 +19,7 @@
 #include "conninfo.h"
 #include "http.h"
 #include "kafka_guard.h"
+#include "message.h"
 #include "log.h" /* log_level_from_string() only: this module fills err buffers, it never logs */
 
 /* ---- the key table ------------------------------------------------------------------------ */
@@ -34,6 +35,7 @@ enum key_kind {
         KEY_ORDERING, /* "key" | "single" | "none" */
         KEY_LOGLEVEL, /* "error" | "warning" | "notice" | "info" | "debug" */
         KEY_LISTEN, /* "ADDRESS:PORT", numeric, or "" (off) */
+        KEY_SOURCE, /* "" (derived) or printable UTF-8 text, up to 200 bytes */
 };
 
 struct key {
@@ -105,6 +107,14 @@ static const struct key keys[] = {
           .doc = "\"key\": every relay on the table publishes at once and per-(topic, key) order holds; "
                  "\"single\": one relay per table publishes, the others stand by; \"none\": every relay "
                  "claims, no order between relays. All relays on a table must use the same mode." },
+        { "relay", "source", KEY_SOURCE, OFF(relay.source), .def_str = "", .restart = true,
+          .doc = "The value of the outbox-source header on every message: with outbox-id it names an "
+                 "event uniquely across tables and databases, so a consumer's inbox (sql/inbox.sql) "
+                 "deduplicates on (source, id). \"\" derives it from the database and the table, "
+                 "\"DATABASE/SCHEMA.TABLE\" (\"shop/public.outbox\"): it survives restarts and failover "
+                 "to a standby, not a renamed database or table. Set it when two clusters have a database "
+                 "and a table of the same names, or before renaming one. It must never change once "
+                 "consumers deduplicate on it." },
         { "relay", "max_attempts", KEY_INT, OFF(relay.max_attempts), 1, 1000, .def = 10,
           .doc = "A row that fails on its own this many times is dead-lettered." },
         { "relay", "retention", KEY_DURATION, OFF(relay.retention), MIN(1), DAY(3650), true, .def = DAY(7),
@@ -202,11 +212,13 @@ int config_key_describe(size_t i, struct config_key_doc *d) {
         case KEY_TABLE:
         case KEY_CHANNEL:
         case KEY_LISTEN:
+        case KEY_SOURCE:
                 d->type = "string";
                 snprintf(d->def, sizeof(d->def), "\"%s\"", k->def_str);
                 snprintf(d->range, sizeof(d->range), "%s",
                          k->kind == KEY_CONNINFO         ? "a libpq connection string"
                                  : k->kind == KEY_LISTEN ? "\"ADDRESS:PORT\" or \"\""
+                                 : k->kind == KEY_SOURCE ? "\"\" or printable text, up to 200 bytes"
                                  : k->kind == KEY_TABLE  ? "a name or schema.name, each up to 63 characters"
                                                          : "a name, up to 63 characters");
                 break;
@@ -239,6 +251,11 @@ static bool valid_identifier(const char *s, size_t n) {
                 if (!isascii((unsigned char)s[i]) || !name_char((unsigned char)s[i]))
                         return false;
         return true;
+}
+
+/* relay.source: "" or what message_source_invalid() accepts. */
+static bool valid_source(const char *s) {
+        return !s[0] || !message_source_invalid(s);
 }
 
 static bool valid_qualified_identifier(const char *s) {
@@ -527,6 +544,7 @@ void config_free(struct relay_config *c) {
         free(c->postgres.conninfo);
         free(c->postgres.table);
         free(c->postgres.channel);
+        free(c->relay.source);
         free(c->http.listen);
         for (size_t i = 0; i < c->kafka.n_props; i++) {
                 free(c->kafka.props[i].name);
@@ -565,6 +583,7 @@ int config_defaults(struct relay_config *c) {
                 case KEY_TABLE:
                 case KEY_CHANNEL:
                 case KEY_LISTEN:
+                case KEY_SOURCE:
                         *(char **)f = strdup(k->def_str);
                         if (!*(char **)f) {
                                 config_free(c);
@@ -685,7 +704,8 @@ static int parse_key(struct loader *l, const config_setting_t *s, const struct k
         case KEY_CONNINFO:
         case KEY_TABLE:
         case KEY_CHANNEL:
-        case KEY_LISTEN: {
+        case KEY_LISTEN:
+        case KEY_SOURCE: {
                 char *copy;
 
                 r = need_string(l, s, &v);
@@ -709,7 +729,13 @@ static int parse_key(struct loader *l, const config_setting_t *s, const struct k
                         if (http_parse_listen(v, &sa, &len, why, sizeof(why)) < 0)
                                 return setting_error(l, s, "%s (got %s)", why,
                                                      cfgutil_quote(v, q, sizeof(q)));
-                } else if (k->kind == KEY_CHANNEL && !valid_identifier(v, strlen(v)))
+                } else if (k->kind == KEY_SOURCE && !valid_source(v))
+                        return setting_error(
+                                l, s,
+                                "must be \"\" or printable UTF-8 text without control characters, "
+                                "at most 200 bytes (got %s)",
+                                cfgutil_quote(v, q, sizeof(q)));
+                else if (k->kind == KEY_CHANNEL && !valid_identifier(v, strlen(v)))
                         return setting_error(l, s,
                                              "must be a name of letters, digits and '_', not "
                                              "starting with a digit, at most 63 characters (got %s)",
@@ -1160,7 +1186,7 @@ int config_keep_restart_only_with(const struct relay_config *running, struct rel
 
                 if (!k->restart ||
                     (k->kind != KEY_CONNINFO && k->kind != KEY_TABLE && k->kind != KEY_CHANNEL &&
-                     k->kind != KEY_LISTEN))
+                     k->kind != KEY_LISTEN && k->kind != KEY_SOURCE))
                         continue;
                 from = *(char *const *)((const char *)running + k->offset);
                 if (strcmp(from, *(char **)field(next, k)) != 0 && !(copies[i] = dup(from)))
@@ -1183,6 +1209,7 @@ int config_keep_restart_only_with(const struct relay_config *running, struct rel
                 case KEY_TABLE:
                 case KEY_CHANNEL:
                 case KEY_LISTEN:
+                case KEY_SOURCE:
                         differs = copies[i] != NULL;
                         if (differs) {
                                 free(*(char **)to);

@@ -65,7 +65,8 @@ static rd_kafka_resp_err_t produce_row(struct relay *r, struct cycle *c, size_t 
         for (;;) {
                 rd_kafka_headers_t *h = NULL;
                 rd_kafka_resp_err_t e;
-                int ret = message_headers(hd->len ? c->pairs + hd->at : NULL, hd->len, row->id, &h);
+                int ret =
+                        message_headers(hd->len ? c->pairs + hd->at : NULL, hd->len, row->id, r->source, &h);
 
                 if (ret == -EBADMSG) {
                         c->b.rows[i].map_error = "headers could not be expanded";

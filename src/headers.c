@@ -10,7 +10,8 @@
 
 #include <json-c/json.h>
 
-#define RESERVED_HEADER "outbox-id"
+/* The relay's own headers (message.h): a row may not send its own. */
+static const char *const reserved[] = { "outbox-id", "outbox-source" };
 
 /* How deep a document may nest: deeper headers (invalid anyway: a header value is a string) get
  * "headers could not be read as JSON: nesting too deep" instead of the type of their value. The
@@ -71,10 +72,11 @@ static int expand(json_object *root, size_t len, char *out, size_t *out_len, cha
                 snprintf(reason, reasonsz, "headers must be a JSON object (got %s)", type_name(root));
                 return 1;
         }
-        if (json_object_object_get_ex(root, RESERVED_HEADER, NULL)) {
-                snprintf(reason, reasonsz, "header '%s' is reserved for the relay", RESERVED_HEADER);
-                return 1;
-        }
+        for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
+                if (json_object_object_get_ex(root, reserved[i], NULL)) {
+                        snprintf(reason, reasonsz, "header '%s' is reserved for the relay", reserved[i]);
+                        return 1;
+                }
         /* One pass: the pairs are written as they come, and the first value that is not a
          * string ends it (*out_len is set only at the end, so a refused row has no pairs). */
         json_object_object_foreach(root, name, value) {

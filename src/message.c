@@ -1,5 +1,6 @@
 /* message.c -- Row to Kafka message mapping and delivery-error classes; pure, no I/O. */
 #include "message.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -117,7 +118,46 @@ const char *outcome_to_string(enum outcome o) {
         return "?";
 }
 
-int message_headers(const char *buf, size_t len, int64_t id, rd_kafka_headers_t **out) {
+const char *message_source_invalid(const char *source) {
+        size_t n = strlen(source), fixed;
+        char copy[MESSAGE_SOURCE_MAX + 1];
+
+        if (n == 0)
+                return "a source must not be empty";
+        if (n > MESSAGE_SOURCE_MAX)
+                return "a source may be at most 200 bytes long";
+        for (const unsigned char *c = (const unsigned char *)source; *c; c++)
+                if (*c < 0x20 || *c == 0x7f || (c[0] == 0xc2 && c[1] >= 0x80 && c[1] < 0xa0))
+                        return "a source may hold no control characters";
+        memcpy(copy, source, n + 1);
+        fixed = utf8_repair(copy);
+        if (fixed != n || memcmp(copy, source, n) != 0)
+                return "a source must be well-formed UTF-8";
+        return NULL;
+}
+
+int message_source(const char *configured, const char *database, const char *schema, const char *table,
+                   char *buf, size_t size) {
+        const char *why;
+        int n;
+
+        if (configured && configured[0])
+                n = snprintf(buf, size, "%s", configured);
+        else
+                n = snprintf(buf, size, "%s/%s.%s", database, schema, table);
+        if (n < 0 || (size_t)n >= size) {
+                snprintf(buf, size, "the source would be longer than %d bytes", MESSAGE_SOURCE_MAX);
+                return -EINVAL;
+        }
+        why = message_source_invalid(buf);
+        if (why) {
+                snprintf(buf, size, "%s", why);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+int message_headers(const char *buf, size_t len, int64_t id, const char *source, rd_kafka_headers_t **out) {
         rd_kafka_headers_t *h;
         char idbuf[24];
         size_t count = 1;
@@ -127,7 +167,7 @@ int message_headers(const char *buf, size_t len, int64_t id, rd_kafka_headers_t 
                 count += buf[i] == 0;
         if (buf && (len == 0 || buf[len - 1] != 0 || count % 2 == 0))
                 return -EBADMSG; /* pairs: an even number of NUL-terminated strings */
-        h = rd_kafka_headers_new(count / 2 + 1);
+        h = rd_kafka_headers_new(count / 2 + 2);
         if (!h)
                 return -ENOMEM;
         for (size_t i = 0; buf && i < len;) {
@@ -141,6 +181,8 @@ int message_headers(const char *buf, size_t len, int64_t id, rd_kafka_headers_t 
         }
         snprintf(idbuf, sizeof(idbuf), "%" PRId64, id);
         rd_kafka_header_add(h, MESSAGE_ID_HEADER, -1, idbuf, -1);
+        if (source)
+                rd_kafka_header_add(h, MESSAGE_SOURCE_HEADER, -1, source, -1);
         *out = h;
         return 0;
 }

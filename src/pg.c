@@ -2,6 +2,7 @@
 #include "pg.h"
 
 #include "floor.h"
+#include "message.h"
 #include "schema.h"
 #include "share.h"
 
@@ -739,8 +740,10 @@ static int check_schema(struct pg *pg, usec_t deadline, char *err, size_t errsz)
                 " EXISTS (SELECT 1 FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid"
                 "    WHERE t.tgrelid = c.oid AND p.proname = 'outbox_notify' AND t.tgenabled <> 'D'),"
                 " to_regprocedure('outbox_enqueue(text,text,bytea,jsonb)') IS NOT NULL,"
-                " to_regprocedure('outbox_requeue(bigint[])') IS NOT NULL"
-                " FROM (SELECT to_regclass($1)::oid AS oid) c",
+                " to_regprocedure('outbox_requeue(bigint[])') IS NOT NULL,"
+                " current_database(), n.nspname, r.relname"
+                " FROM (SELECT to_regclass($1)::oid AS oid) c"
+                " LEFT JOIN pg_class r ON r.oid = c.oid LEFT JOIN pg_namespace n ON n.oid = r.relnamespace",
                 1, params, 0, deadline, &res, err, errsz, "the table's schema");
         if (r < 0)
                 return r;
@@ -753,6 +756,16 @@ static int check_schema(struct pg *pg, usec_t deadline, char *err, size_t errsz)
                 .requeue = PQgetvalue(res, 0, 5)[0] == 't',
         };
         r = schema_check(&f, cfg->relay.finish == FINISH_MARK && cfg->relay.retention, &v);
+        if (r >= 0 &&
+            message_source(cfg->relay.source, PQgetvalue(res, 0, 6), PQgetvalue(res, 0, 7),
+                           PQgetvalue(res, 0, 8), pg->source, sizeof(pg->source)) < 0) {
+                snprintf(err, errsz,
+                         "the outbox-source header of table '%s' cannot be derived: %s; set relay.source",
+                         cfg->postgres.table, pg->source);
+                pg->source[0] = 0;
+                PQclear(res);
+                return -ENOPKG;
+        }
         PQclear(res);
         if (r < 0) {
                 snprintf(err, errsz,

@@ -33,7 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
                 if (out_len > hlen)
                         abort(); /* the pairs never outgrow the text */
-                if (message_headers(out_len ? out : NULL, out_len, (int64_t)size, &h) != 0)
+                if (message_headers(out_len ? out : NULL, out_len, (int64_t)size, "fuzz/public.outbox", &h) !=
+                    0)
                         abort(); /* what headers_expand wrote, message_headers reads */
                 rd_kafka_headers_destroy(h);
         } else if (ret == 1) {

@@ -415,13 +415,15 @@ static void bad_headers_dead_letter(void **state) {
                    " ('%s', 'b', 'bad3', '{\"outbox-id\": \"1\"}'),"
                    " ('%s', 'a', 'ok2', 'null'),"
                    " ('%s', 'c', 'bad4', '{\"ok\": \"v\", \"arr\": [\"x\"]}'),"
-                   " ('%s', 'c', 'bad5', '{\"z\": null}')",
-                   topic, topic, topic, topic, topic, topic, topic);
-        ts_relay_start(&relay, "poll_interval = \"1s\";", NULL);
+                   " ('%s', 'c', 'bad5', '{\"z\": null}'),"
+                   " ('%s', 'd', 'bad6', '{\"outbox-source\": \"elsewhere/public.outbox\"}')",
+                   topic, topic, topic, topic, topic, topic, topic, topic);
+        /* A configured source is what every message carries. */
+        ts_relay_start(&relay, "poll_interval = \"1s\"; source = \"orders-eu-1\";", NULL);
         assert_true(ts_wait_drained(c, topics, 20000));
         /* Repaired and requeued, a dead letter is published like any row. */
         assert_int_equal(ts_pg_int(c, "SELECT count(*) FROM outbox_dead_letters WHERE topic = '%s'", topic),
-                         5);
+                         6);
         assert_int_equal(ts_pg_int(c,
                                    "SELECT count(*) FROM outbox WHERE topic = '%s' AND payload = 'bad1'"
                                    " AND last_error = 'header ''n'' must have a string value (got number)'",
@@ -448,6 +450,19 @@ static void bad_headers_dead_letter(void **state) {
                          topic);
                 res = PQexec(c, sql);
         }
+        assert_int_equal(PQntuples(res), 5);
+        assert_string_equal(PQgetvalue(res, 0, 0), "bad6");
+        assert_string_equal(PQgetvalue(res, 0, 1), "header 'outbox-source' is reserved for the relay");
+        PQclear(res);
+        {
+                char sql[256];
+
+                snprintf(sql, sizeof(sql),
+                         "SELECT encode(payload, 'escape'), last_error FROM outbox"
+                         " WHERE dead_at IS NOT NULL AND topic = '%s' AND payload <> 'bad6' ORDER BY id DESC",
+                         topic);
+                res = PQexec(c, sql);
+        }
         assert_int_equal(PQntuples(res), 4);
         assert_string_equal(PQgetvalue(res, 0, 0), "bad5");
         assert_string_equal(PQgetvalue(res, 0, 1), "header 'z' must have a string value (got null)");
@@ -463,6 +478,16 @@ static void bad_headers_dead_letter(void **state) {
         assert_memory_equal(m.v[0].value, "ok1", 3);
         assert_memory_equal(m.v[1].value, "ok2", 3);
         assert_memory_equal(m.v[2].value, "bad1", 4); /* the requeued one, last */
+        for (size_t i = 0; i < m.n; i++) {
+                size_t sources = 0;
+
+                for (size_t j = 0; j < m.v[i].n_headers; j++)
+                        if (strcmp(m.v[i].headers[j].name, "outbox-source") == 0) {
+                                assert_string_equal(m.v[i].headers[j].value, "orders-eu-1");
+                                sources++;
+                        }
+                assert_int_equal(sources, 1);
+        }
         ts_msgs_free(&m);
         ts_pg_exec(c, "DELETE FROM outbox WHERE topic = '%s'", topic);
         free(topic);
@@ -730,18 +755,20 @@ static void headers_as_sql_read_them(void **state) {
         assert_true(ts_wait_drained(c, topics, 20000));
         assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
         /* Every row with a reason by the old SQL is dead with exactly that reason, and no other. */
-        ts_pg_exec(c,
-                   "CREATE TEMP TABLE hdr_expected AS SELECT id, CASE"
-                   "  WHEN o.headers IS NULL OR jsonb_typeof(o.headers) = 'null' THEN NULL"
-                   "  WHEN jsonb_typeof(o.headers) <> 'object' THEN"
-                   "   format('headers must be a JSON object (got %%s)', jsonb_typeof(o.headers))"
-                   "  WHEN o.headers ? 'outbox-id' THEN 'header ''outbox-id'' is reserved for the relay'"
-                   "  WHEN jsonb_path_exists(o.headers, 'strict $.* ? (@.type() != \"string\")') THEN"
-                   "   (SELECT format('header %%s must have a string value (got %%s)',"
-                   "                  quote_literal(h.key), jsonb_typeof(h.value))"
-                   "      FROM jsonb_each(o.headers) h WHERE jsonb_typeof(h.value) <> 'string' LIMIT 1) END"
-                   "  AS reason FROM outbox_test_copy o WHERE o.topic = '%s'",
-                   topic);
+        ts_pg_exec(
+                c,
+                "CREATE TEMP TABLE hdr_expected AS SELECT id, CASE"
+                "  WHEN o.headers IS NULL OR jsonb_typeof(o.headers) = 'null' THEN NULL"
+                "  WHEN jsonb_typeof(o.headers) <> 'object' THEN"
+                "   format('headers must be a JSON object (got %%s)', jsonb_typeof(o.headers))"
+                "  WHEN o.headers ? 'outbox-id' THEN 'header ''outbox-id'' is reserved for the relay'"
+                "  WHEN o.headers ? 'outbox-source' THEN 'header ''outbox-source'' is reserved for the relay'"
+                "  WHEN jsonb_path_exists(o.headers, 'strict $.* ? (@.type() != \"string\")') THEN"
+                "   (SELECT format('header %%s must have a string value (got %%s)',"
+                "                  quote_literal(h.key), jsonb_typeof(h.value))"
+                "      FROM jsonb_each(o.headers) h WHERE jsonb_typeof(h.value) <> 'string' LIMIT 1) END"
+                "  AS reason FROM outbox_test_copy o WHERE o.topic = '%s'",
+                topic);
         dead = (size_t)ts_pg_int(c, "SELECT count(*) FROM hdr_expected WHERE reason IS NOT NULL");
         assert_int_equal(dead, 13);
         assert_int_equal(ts_pg_int(c,

@@ -50,10 +50,11 @@ static void enqueue_overloads(void **state) {
 /* Headers the relay would have to dead-letter are refused at write time by the helper. */
 static void enqueue_rejects_bad_headers(void **state) {
         PGconn *c = ts_pg_connect();
-        const char *bad[] = { "'[1,2]'", "'{\"n\": 1}'", "'{\"outbox-id\": \"7\"}'" };
+        const char *bad[] = { "'[1,2]'", "'{\"n\": 1}'", "'{\"outbox-id\": \"7\"}'",
+                              "'{\"outbox-source\": \"x\"}'" };
 
         (void)state;
-        for (size_t i = 0; i < 3; i++) {
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
                 char sql[200];
                 PGresult *res;
 

@@ -1055,11 +1055,11 @@ static int64_t utc_text_ms(const char *s) {
  * otherwise the row's headers, each once, byte for byte (names and values may hold anything,
  * so they are compared as pairs, never as text joined with separators). Returns NULL or what
  * differs, written into why. */
-static const char *headers_differ(const struct ts_msg *m, const struct expect_row *r, char *why,
-                                  size_t whysz) {
+static const char *headers_differ(const struct ts_msg *m, const struct expect_row *r, const char *source,
+                                  char *why, size_t whysz) {
         const struct ts_header **mine = calloc(m->n_headers + 1, sizeof(*mine));
         char id[32];
-        size_t n = 0, id_headers = 0;
+        size_t n = 0, id_headers = 0, source_headers = 0;
         const char *res = NULL;
 
         snprintf(id, sizeof(id), "%" PRId64, r->id);
@@ -1072,14 +1072,27 @@ static const char *headers_differ(const struct ts_msg *m, const struct expect_ro
                         }
                         continue;
                 }
+                if (strcmp(m->headers[i].name, "outbox-source") == 0) {
+                        source_headers++;
+                        if (!res && strcmp(m->headers[i].value, source) != 0) {
+                                snprintf(why, whysz, "outbox-source '%s', want '%s'", m->headers[i].value,
+                                         source);
+                                res = why;
+                        }
+                        continue;
+                }
                 mine[n++] = &m->headers[i];
         }
         qsort(mine, n, sizeof(*mine), cmp_msg_header);
         if (!res && id_headers != 1) {
                 snprintf(why, whysz, "%zu outbox-id headers", id_headers);
                 res = why;
+        } else if (!res && source_headers != 1) {
+                snprintf(why, whysz, "%zu outbox-source headers", source_headers);
+                res = why;
         } else if (!res && n != r->n_headers) {
-                snprintf(why, whysz, "%zu headers besides outbox-id, want %zu", n, r->n_headers);
+                snprintf(why, whysz, "%zu headers besides outbox-id and outbox-source, want %zu", n,
+                         r->n_headers);
                 res = why;
         } else if (!res) {
                 for (size_t i = 0; i < n && !res; i++) {
@@ -1143,6 +1156,12 @@ static char *topics_array(const char *const *topics) {
         return s;
 }
 
+static const char *ts_source;
+
+void ts_verify_source(const char *source) {
+        ts_source = source;
+}
+
 void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bool exclude_dead,
                struct ts_verify *out) {
         char *arr = topics_array(topics);
@@ -1151,8 +1170,23 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
         struct expect_row *rows;
         size_t n, shown = 0;
         struct msg_ref *refs;
+        char source[256];
 
         memset(out, 0, sizeof(*out));
+        /* The outbox-source every message carries: derived from the database and the table, as
+         * the relays these tests start do not set relay.source (unless ts_verify_source says). */
+        if (ts_source)
+                snprintf(source, sizeof(source), "%s", ts_source);
+        else {
+                res = PQexec(
+                        c,
+                        "SELECT current_database() || '/' || n.nspname || '.' || r.relname FROM pg_class r"
+                        " JOIN pg_namespace n ON n.oid = r.relnamespace WHERE r.oid = 'outbox'::regclass");
+                if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+                        fail_msg("verify source query: %s", PQresultErrorMessage(res));
+                snprintf(source, sizeof(source), "%s", PQgetvalue(res, 0, 0));
+                PQclear(res);
+        }
         /* What was written, as written: created_at as UTC text (converted to ms here, not by
          * the expression the relay uses), the headers jsonb parsed by PostgreSQL below. */
         res = PQexecParams(c,
@@ -1251,7 +1285,7 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
                 else if (msg->timestamp != r->ts || msg->tstype != RD_KAFKA_TIMESTAMP_CREATE_TIME)
                         why = "timestamp";
                 else
-                        why = headers_differ(msg, r, hdr_why, sizeof(hdr_why));
+                        why = headers_differ(msg, r, source, hdr_why, sizeof(hdr_why));
                 if (why) {
                         out->mismatched++;
                         if (shown++ < 5)

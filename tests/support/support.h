@@ -211,7 +211,9 @@ struct ts_verify {
         size_t duplicates; /* consumed - distinct outbox ids */
         size_t mismatched; /* messages whose topic/key/payload/headers/timestamp differ from what was
                              * written: headers as jsonb_each_text lists the object (plus one
-                             * outbox-id with the row's id), timestamp = created_at in UTC
+                             * outbox-id with the row's id and one outbox-source, derived from
+                             * the database and the table outbox unless ts_verify_source() set
+                             * it), timestamp = created_at in UTC
                              * truncated to ms, CreateTime */
         size_t order_violations; /* first deliveries of a key out of id order */
         size_t unexpected; /* messages with an outbox-id not in the copy */
@@ -220,6 +222,8 @@ struct ts_verify {
  * prints the first few differences. `exclude_dead`: rows dead-lettered are not expected. */
 void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bool exclude_dead,
                struct ts_verify *out);
+/* The outbox-source later ts_verify() calls expect (the relays' relay.source); NULL: derived. */
+void ts_verify_source(const char *source);
 /* Waits until no pending (not published, not dead) row of the topics is left; on a timeout says
  * how many are left and returns false. */
 bool ts_wait_drained(PGconn *c, const char *const *topics, int timeout_ms);

@@ -40,6 +40,8 @@ static const struct expand_case expands[] = {
         { "a boolean", "true", 1, NULL, "headers must be a JSON object (got boolean)" },
         { "the relay's own header", "{\"a\": 1, \"outbox-id\": \"7\"}", 1, NULL,
           "header 'outbox-id' is reserved for the relay" },
+        { "the relay's source header", "{\"outbox-source\": \"elsewhere/public.outbox\"}", 1, NULL,
+          "header 'outbox-source' is reserved for the relay" },
         { "a number value", "{\"n\": 1}", 1, NULL, "header 'n' must have a string value (got number)" },
         { "a null value", "{\"z\": null}", 1, NULL, "header 'z' must have a string value (got null)" },
         { "an array value", "{\"arr\": [\"x\"]}", 1, NULL,

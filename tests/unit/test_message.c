@@ -173,7 +173,7 @@ static void test_headers_null_buffer_large_id(void **state) {
         rd_kafka_headers_t *h = NULL;
 
         (void)state;
-        assert_int_equal(message_headers(NULL, 0, INT64_C(9007199254740993), &h), 0);
+        assert_int_equal(message_headers(NULL, 0, INT64_C(9007199254740993), NULL, &h), 0);
         assert_non_null(h);
         assert_int_equal(rd_kafka_header_cnt(h), 1);
         check_header(h, 0, MESSAGE_ID_HEADER, "9007199254740993", 16);
@@ -185,7 +185,7 @@ static void test_headers_null_buffer_small_id(void **state) {
         rd_kafka_headers_t *h = NULL;
 
         (void)state;
-        assert_int_equal(message_headers(NULL, 0, 1, &h), 0);
+        assert_int_equal(message_headers(NULL, 0, 1, NULL, &h), 0);
         assert_non_null(h);
         assert_int_equal(rd_kafka_header_cnt(h), 1);
         check_header(h, 0, "outbox-id", "1", 1);
@@ -197,12 +197,12 @@ static void test_headers_id_extremes(void **state) {
         rd_kafka_headers_t *h = NULL;
 
         (void)state;
-        assert_int_equal(message_headers(NULL, 0, INT64_MAX, &h), 0);
+        assert_int_equal(message_headers(NULL, 0, INT64_MAX, NULL, &h), 0);
         check_header(h, 0, MESSAGE_ID_HEADER, "9223372036854775807", 19);
         rd_kafka_headers_destroy(h);
 
         h = NULL;
-        assert_int_equal(message_headers(NULL, 0, INT64_MIN, &h), 0);
+        assert_int_equal(message_headers(NULL, 0, INT64_MIN, NULL, &h), 0);
         check_header(h, 0, MESSAGE_ID_HEADER, "-9223372036854775808", 20);
         rd_kafka_headers_destroy(h);
 }
@@ -211,7 +211,7 @@ static void test_headers_pairs_in_order(void **state) {
         rd_kafka_headers_t *h = NULL;
 
         (void)state;
-        assert_int_equal(message_headers(BUF("a\0x\0bb\0yy\0"), 42, &h), 0);
+        assert_int_equal(message_headers(BUF("a\0x\0bb\0yy\0"), 42, NULL, &h), 0);
         assert_non_null(h);
         assert_int_equal(rd_kafka_header_cnt(h), 3);
         check_header(h, 0, "a", "x", 1);
@@ -225,7 +225,7 @@ static void test_headers_empty_value(void **state) {
         rd_kafka_headers_t *h = NULL;
 
         (void)state;
-        assert_int_equal(message_headers(BUF("k\0\0"), 7, &h), 0);
+        assert_int_equal(message_headers(BUF("k\0\0"), 7, NULL, &h), 0);
         assert_non_null(h);
         assert_int_equal(rd_kafka_header_cnt(h), 2);
         check_header(h, 0, "k", "", 0);
@@ -239,7 +239,7 @@ static void test_headers_repeated_name_kept(void **state) {
 
         (void)state;
         /* Kafka headers are a list, not a map: both values survive, in order. */
-        assert_int_equal(message_headers(BUF("k\0one\0k\0two\0"), 5, &h), 0);
+        assert_int_equal(message_headers(BUF("k\0one\0k\0two\0"), 5, NULL, &h), 0);
         assert_int_equal(rd_kafka_header_cnt(h), 3);
         check_header(h, 0, "k", "one", 3);
         check_header(h, 1, "k", "two", 3);
@@ -247,12 +247,72 @@ static void test_headers_repeated_name_kept(void **state) {
         rd_kafka_headers_destroy(h);
 }
 
+static void test_headers_source_after_id(void **state) {
+        rd_kafka_headers_t *h = NULL;
+
+        (void)state;
+        assert_int_equal(message_headers(BUF("a\0x\0"), 42, "shop/public.outbox", &h), 0);
+        assert_int_equal(rd_kafka_header_cnt(h), 3);
+        check_header(h, 0, "a", "x", 1);
+        check_header(h, 1, MESSAGE_ID_HEADER, "42", 2);
+        check_header(h, 2, MESSAGE_SOURCE_HEADER, "shop/public.outbox", 18);
+        check_no_header(h, 3);
+        rd_kafka_headers_destroy(h);
+
+        h = NULL;
+        assert_int_equal(message_headers(NULL, 0, 1, "s", &h), 0);
+        assert_int_equal(rd_kafka_header_cnt(h), 2);
+        check_header(h, 1, "outbox-source", "s", 1);
+        rd_kafka_headers_destroy(h);
+}
+
+/* message_source(): configured wins, else DATABASE/SCHEMA.TABLE; the rule holds for both. */
+static void test_source_table(void **state) {
+        char big[MESSAGE_SOURCE_MAX + 2];
+        static const struct {
+                const char *configured, *db, *schema, *table;
+                int ret;
+                const char *want; /* the source, or the reason */
+        } cases[] = {
+                { "", "shop", "public", "outbox", 0, "shop/public.outbox" },
+                { NULL, "shop", "public", "outbox", 0, "shop/public.outbox" },
+                { "orders-eu-1", "shop", "public", "outbox", 0, "orders-eu-1" },
+                { "", "Shop Db", "Sales", "Out Box", 0, "Shop Db/Sales.Out Box" },
+                { "", "caf\xc3\xa9", "public", "outbox", 0, "caf\xc3\xa9/public.outbox" },
+                { "", "a\tb", "public", "outbox", -EINVAL, "a source may hold no control characters" },
+                { "x\x7f", "shop", "public", "outbox", -EINVAL, "a source may hold no control characters" },
+                { "x\xc2\x85", "shop", "public", "outbox", -EINVAL,
+                  "a source may hold no control characters" },
+                { "x\xff", "shop", "public", "outbox", -EINVAL, "a source must be well-formed UTF-8" },
+                { "x\xc3", "shop", "public", "outbox", -EINVAL, "a source must be well-formed UTF-8" },
+        };
+        char buf[MESSAGE_SOURCE_MAX + 1];
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                int ret = message_source(cases[i].configured, cases[i].db, cases[i].schema, cases[i].table,
+                                         buf, sizeof(buf));
+
+                assert_int_equal(ret, cases[i].ret);
+                assert_string_equal(buf, cases[i].want);
+        }
+        memset(big, 'x', sizeof(big) - 1);
+        big[sizeof(big) - 1] = 0;
+        assert_int_equal(message_source(big, "d", "s", "t", buf, sizeof(buf)), -EINVAL);
+        assert_string_equal(buf, "the source would be longer than 200 bytes");
+        big[MESSAGE_SOURCE_MAX] = 0; /* exactly 200 bytes */
+        assert_int_equal(message_source(big, "d", "s", "t", buf, sizeof(buf)), 0);
+        assert_int_equal(strlen(buf), MESSAGE_SOURCE_MAX);
+        assert_string_equal(message_source_invalid(""), "a source must not be empty");
+        assert_null(message_source_invalid("shop/public.outbox"));
+}
+
 /* Calls message_headers on a malformed buffer: -EBADMSG and *out reset to NULL. */
 static void check_malformed(const char *buf, size_t len) {
         static int sentinel;
         rd_kafka_headers_t *h = (rd_kafka_headers_t *)(void *)&sentinel;
 
-        assert_int_equal(message_headers(buf, len, 1, &h), -EBADMSG);
+        assert_int_equal(message_headers(buf, len, 1, NULL, &h), -EBADMSG);
         assert_null(h);
 }
 
@@ -291,6 +351,8 @@ int main(void) {
                 cmocka_unit_test(test_headers_pairs_in_order),
                 cmocka_unit_test(test_headers_empty_value),
                 cmocka_unit_test(test_headers_repeated_name_kept),
+                cmocka_unit_test(test_headers_source_after_id),
+                cmocka_unit_test(test_source_table),
                 cmocka_unit_test(test_headers_malformed_odd_strings),
                 cmocka_unit_test(test_headers_malformed_missing_final_nul),
                 cmocka_unit_test(test_headers_malformed_zero_length),
