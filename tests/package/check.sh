@@ -76,6 +76,7 @@ want='/etc/outbox-relay/outbox-relay.conf
 /usr/share/outbox-relay/sql/002_enqueue.sql
 /usr/share/outbox-relay/sql/003_dead_letters.sql
 /usr/share/outbox-relay/sql/004_claim_skip.sql
+/usr/share/outbox-relay/sql/inbox.sql
 /usr/share/outbox-relay/sql/README.md'
 got=$(dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { sub(/^\./, "", $6); print $6 }' | sort)
 check "file list: exactly the $(printf '%s\n' "$want" | wc -l) files expected" \
