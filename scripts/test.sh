@@ -19,12 +19,14 @@ passed=0
 failed=0
 summary=()
 
-step() { printf '\n=== %s\n' "$*"; }
+# Each step says when it began (seconds since the start): where the CI's 15 minutes go.
+step() { printf '\n=== [%ds] %s\n' "$SECONDS" "$*"; }
 
 # The summary, then the one closing line.
 finish() {
         echo
         printf '%s\n' "${summary[@]}"
+        echo "time: ${SECONDS}s"
         echo "total: $passed passed, $failed failed"
 }
 fatal() {
@@ -121,7 +123,7 @@ counted "fuzzing" scripts/fuzz.sh "$FUZZ_SECONDS"
 step "unit and integration tests again, everything built with AddressSanitizer + UndefinedBehaviorSanitizer"
 # Every unit test and every integration program but those of suite 'long' (the fault suites
 # test_faults, test_promises, test_sharing, test_batch_faults, test_mock_faults, test_systemd,
-# test_memory, test_http, and the chaos test, which the plain run has just passed): the whole
+# test_memory, test_http, test_inbox, and the chaos test, which the plain run has just passed): the whole
 # suite twice would not fit the CI's 15 minutes. The HTTP listener still runs under the
 # sanitizers in every relay the other programs start (each listens on a port of its own); the
 # requests test_http makes are in the plain run only.
