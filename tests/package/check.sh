@@ -67,6 +67,7 @@ want='/etc/outbox-relay/outbox-relay.conf
 /usr/share/doc/outbox-relay/changelog.gz
 /usr/share/doc/outbox-relay/claim.md.gz
 /usr/share/doc/outbox-relay/copyright
+/usr/share/doc/outbox-relay/inbox.md.gz
 /usr/share/doc/outbox-relay/metrics.md.gz
 /usr/share/doc/outbox-relay/ordering.md.gz
 /usr/share/doc/outbox-relay/systemd.md.gz
@@ -76,8 +77,8 @@ want='/etc/outbox-relay/outbox-relay.conf
 /usr/share/outbox-relay/sql/002_enqueue.sql
 /usr/share/outbox-relay/sql/003_dead_letters.sql
 /usr/share/outbox-relay/sql/004_claim_skip.sql
-/usr/share/outbox-relay/sql/inbox.sql
-/usr/share/outbox-relay/sql/README.md'
+/usr/share/outbox-relay/sql/README.md
+/usr/share/outbox-relay/sql/inbox.sql'
 got=$(dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { sub(/^\./, "", $6); print $6 }' | sort)
 check "file list: exactly the $(printf '%s\n' "$want" | wc -l) files expected" \
         diff -u <(printf '%s\n' "$want") <(printf '%s\n' "$got")
