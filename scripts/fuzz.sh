@@ -19,7 +19,8 @@ rm -rf "$build"
 CC=clang meson setup "$build" -Dfuzz=enabled -Dtests=disabled -Dbench=disabled -Dsystemd=disabled \
         -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dwerror=true >/dev/null ||
         { echo "fuzz.sh: meson setup failed" >&2; exit 1; }
-ninja -C "$build" >/dev/null || { echo "fuzz.sh: the build failed" >&2; exit 1; }
+# Quiet when it works; its whole output when it does not (a failure must say why).
+out=$(ninja -C "$build" 2>&1) || { printf '%s\n' "$out" | tail -n 40; echo "fuzz.sh: the build failed" >&2; exit 1; }
 mkdir -p "$build/artifacts"
 failed=0
 for h in $harnesses; do

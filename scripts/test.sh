@@ -130,7 +130,7 @@ step "unit and integration tests again, everything built with AddressSanitizer +
 rm -rf "$asan"
 meson setup "$asan" -Dwerror=true -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false \
         -Dbuildtype=debug -Dbench=disabled >/dev/null || fatal "meson setup (asan) failed"
-ninja -C "$asan" >/dev/null || fatal "asan build failed"
+out=$(ninja -C "$asan" 2>&1) || { printf '%s\n' "$out" | tail -n 40; fatal "asan build failed"; }
 rm -f "$asan/meson-logs/testlog.json"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         meson test -C "$asan" --suite unit --suite integration --no-suite long --print-errorlogs --num-processes 1

@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         {
                 rd_kafka_headers_t *h = NULL;
 
-                ret = message_headers((const char *)data, hlen, -1, &h);
+                ret = message_headers((const char *)data, hlen, -1, "fuzz/public.outbox", &h);
                 if (ret == 0)
                         rd_kafka_headers_destroy(h);
                 else if (ret != -EBADMSG && ret != -ENOMEM)
