@@ -30,6 +30,7 @@ finish() {
         echo "total: $passed passed, $failed failed"
 }
 fatal() {
+        [ -z "${fuzz_pid:-}" ] || kill "$fuzz_pid" 2>/dev/null
         echo "test.sh: $*" >&2
         summary+=("stopped: $*")
         failed=$((failed + 1))
@@ -108,6 +109,14 @@ tally "plain run" "$build" $?
 # The chaos test's and the row fuzz's one-line results (tests/chaos/README.md), whatever the outcome.
 grep -hE '^(chaos: seed .*events|row fuzz: [0-9]+ rows)' "$build/meson-logs/testlog.txt" || true
 
+# The fuzzing needs no server and one core: it runs in the background while the unit tests run
+# under valgrind and the sanitizer build is made (the CI machine has two cores), and is counted
+# before the sanitizer run starts its relays.
+step "fuzzing in the background: the libFuzzer harnesses (tests/fuzz) with ASan+UBSan, ${FUZZ_SECONDS:=10} s each"
+fuzz_log="$tb/fuzz.log"
+scripts/fuzz.sh "$FUZZ_SECONDS" >"$fuzz_log" 2>&1 &
+fuzz_pid=$!
+
 step "unit tests again under valgrind (--leak-check=full): a leak or an invalid access fails the case"
 rm -f "$build/meson-logs/testlog.json" "$build/meson-logs/testlog-valgrind.json"
 meson test -C "$build" --suite unit --print-errorlogs --num-processes 1 \
@@ -116,9 +125,6 @@ rc=$?
 # With a wrapper meson names its log after it (testlog-valgrind.json); the tally reads testlog.json.
 cp "$build/meson-logs/testlog-valgrind.json" "$build/meson-logs/testlog.json" 2>/dev/null
 tally "valgrind run" "$build" $rc --no-suite integration
-
-step "fuzzing: the libFuzzer harnesses (tests/fuzz) with ASan+UBSan, ${FUZZ_SECONDS:=12} s each"
-counted "fuzzing" scripts/fuzz.sh "$FUZZ_SECONDS"
 
 step "unit and integration tests again, everything built with AddressSanitizer + UndefinedBehaviorSanitizer"
 # Every unit test and every integration program but those of suite 'long' (the fault suites
@@ -131,6 +137,9 @@ rm -rf "$asan"
 meson setup "$asan" -Dwerror=true -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false \
         -Dbuildtype=debug -Dbench=disabled >/dev/null || fatal "meson setup (asan) failed"
 out=$(ninja -C "$asan" 2>&1) || { printf '%s\n' "$out" | tail -n 40; fatal "asan build failed"; }
+echo "the fuzzing's output:"
+counted "fuzzing" wait "$fuzz_pid"
+cat "$fuzz_log"
 rm -f "$asan/meson-logs/testlog.json"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         meson test -C "$asan" --suite unit --suite integration --no-suite long --print-errorlogs --num-processes 1

@@ -512,7 +512,7 @@ static void one_run(uint64_t seed, int seconds) {
 static int seconds_setting(void) {
         const char *s = getenv("CHAOS_SECONDS");
 
-        return s ? atoi(s) : 30;
+        return s ? atoi(s) : 25;
 }
 
 static void fixed_seed(void **state) {
