@@ -49,10 +49,11 @@ const char *outcome_to_string(enum outcome o);
 const char *message_source_invalid(const char *source);
 
 /* The source the relay sends in the outbox-source header: `configured` unless it is "", else
- * derived from where the table lives, "DATABASE/SCHEMA.TABLE" (current_database(), the table's
- * schema and name as the catalog spells them: "shop/public.outbox"). Names survive a restart
- * and a failover to a physical standby (same database, same names); a renamed database or
- * table changes the derived value, which is why it can be configured. A derived value that
+ * derived from where the table lives, "DATABASE/SCHEMA.TABLE", each part as quote_ident() gives
+ * it (the caller passes them so): "shop/public.outbox", and "\"a.b\"/public.outbox" for a
+ * database named a.b, so no two tables of one cluster derive the same value. Names survive a
+ * restart and a failover to a physical standby (same database, same names); a renamed database
+ * or table changes the derived value, which is why it can be configured. A derived value that
  * would break the rule (a name with control characters, longer than MESSAGE_SOURCE_MAX) is an
  * error: the relay cannot start without a source (-EINVAL; `buf` then says why). Writes at most
  * `size` bytes (MESSAGE_SOURCE_MAX + 1 holds every legal source). Returns 0, -EINVAL. */

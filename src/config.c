@@ -109,12 +109,12 @@ static const struct key keys[] = {
                  "claims, no order between relays. All relays on a table must use the same mode." },
         { "relay", "source", KEY_SOURCE, OFF(relay.source), .def_str = "", .restart = true,
           .doc = "The value of the outbox-source header on every message: with outbox-id it names an "
-                 "event uniquely across tables and databases, so a consumer's inbox (sql/inbox.sql) "
-                 "deduplicates on (source, id). \"\" derives it from the database and the table, "
-                 "\"DATABASE/SCHEMA.TABLE\" (\"shop/public.outbox\"): it survives restarts and failover "
-                 "to a standby, not a renamed database or table. Set it when two clusters have a database "
-                 "and a table of the same names, or before renaming one. It must never change once "
-                 "consumers deduplicate on it." },
+                 "event, so a consumer's inbox (sql/inbox.sql, docs/inbox.md) deduplicates on (source, id). "
+                 "\"\" derives \"DATABASE/SCHEMA.TABLE\", each part as quote_ident() writes it "
+                 "(\"shop/public.outbox\"): unique within a cluster, it survives restarts and failover to a "
+                 "standby, not a renamed database or table. Set it when consumers read the topics of more "
+                 "than one cluster, or before renaming. Every relay on a table must send the same value, "
+                 "and it must never change once consumers deduplicate on it." },
         { "relay", "max_attempts", KEY_INT, OFF(relay.max_attempts), 1, 1000, .def = 10,
           .doc = "A row that fails on its own this many times is dead-lettered." },
         { "relay", "retention", KEY_DURATION, OFF(relay.retention), MIN(1), DAY(3650), true, .def = DAY(7),

@@ -741,7 +741,7 @@ static int check_schema(struct pg *pg, usec_t deadline, char *err, size_t errsz)
                 "    WHERE t.tgrelid = c.oid AND p.proname = 'outbox_notify' AND t.tgenabled <> 'D'),"
                 " to_regprocedure('outbox_enqueue(text,text,bytea,jsonb)') IS NOT NULL,"
                 " to_regprocedure('outbox_requeue(bigint[])') IS NOT NULL,"
-                " current_database(), n.nspname, r.relname"
+                " quote_ident(current_database()), quote_ident(n.nspname), quote_ident(r.relname)"
                 " FROM (SELECT to_regclass($1)::oid AS oid) c"
                 " LEFT JOIN pg_class r ON r.oid = c.oid LEFT JOIN pg_namespace n ON n.oid = r.relnamespace",
                 1, params, 0, deadline, &res, err, errsz, "the table's schema");

@@ -457,12 +457,15 @@ static int try_connect(struct relay *r, usec_t now) {
                 log_info("messages carry outbox-source '%s' (relay.source%s)", r->pg.source,
                          r->cfg->relay.source[0] ? "" : " not set: derived from the database and the table");
         else if (strcmp(r->source, r->pg.source) != 0)
+                /* The first messages after a reconnect are the repeats of what was in doubt: they
+                 * must carry the source their first copies had, or an inbox applies them twice. */
                 log_warning(
-                        "outbox-source changes from '%s' to '%s' (the database or the table was renamed?): "
-                        "consumers that deduplicate on it take the next messages for new events; set "
-                        "relay.source to keep one",
-                        r->source, r->pg.source);
-        snprintf(r->source, sizeof(r->source), "%s", r->pg.source);
+                        "the table now derives outbox-source '%s' (the database or the table was renamed?); "
+                        "messages keep '%s' until a restart: set relay.source to '%s' before restarting, or "
+                        "consumers that deduplicate on it take the repeats for new events",
+                        r->pg.source, r->source, r->source);
+        if (!r->source[0])
+                snprintf(r->source, sizeof(r->source), "%s", r->pg.source);
         if (r->pg.schema_notes[0] && !r->schema_said) {
                 log_notice("table '%s' runs without: %s", r->cfg->postgres.table, r->pg.schema_notes);
                 r->schema_said = true;

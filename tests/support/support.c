@@ -1180,7 +1180,8 @@ void ts_verify(PGconn *c, const char *const *topics, const struct ts_msgs *m, bo
         else {
                 res = PQexec(
                         c,
-                        "SELECT current_database() || '/' || n.nspname || '.' || r.relname FROM pg_class r"
+                        "SELECT quote_ident(current_database()) || '/' || quote_ident(n.nspname) || '.' || "
+                        "quote_ident(r.relname) FROM pg_class r"
                         " JOIN pg_namespace n ON n.oid = r.relnamespace WHERE r.oid = 'outbox'::regclass");
                 if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
                         fail_msg("verify source query: %s", PQresultErrorMessage(res));

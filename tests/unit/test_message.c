@@ -277,7 +277,8 @@ static void test_source_table(void **state) {
                 { "", "shop", "public", "outbox", 0, "shop/public.outbox" },
                 { NULL, "shop", "public", "outbox", 0, "shop/public.outbox" },
                 { "orders-eu-1", "shop", "public", "outbox", 0, "orders-eu-1" },
-                { "", "Shop Db", "Sales", "Out Box", 0, "Shop Db/Sales.Out Box" },
+                /* the parts as quote_ident() gives them */
+                { "", "\"Shop Db\"", "\"Sales\"", "\"a.b\"", 0, "\"Shop Db\"/\"Sales\".\"a.b\"" },
                 { "", "caf\xc3\xa9", "public", "outbox", 0, "caf\xc3\xa9/public.outbox" },
                 { "", "a\tb", "public", "outbox", -EINVAL, "a source may hold no control characters" },
                 { "x\x7f", "shop", "public", "outbox", -EINVAL, "a source may hold no control characters" },
