@@ -18,6 +18,11 @@
  *   -b  messages per transaction at most (default 500)
  *   -X  any librdkafka consumer property (e.g. -X session.timeout.ms=6000)
  * SIGTERM or SIGINT: the batch in hand is finished, the consumer leaves its group, exit 0.
+ * A batch that fails for a reason that passes (connection, deadlock, serialization, failover) is
+ * tried again; one that fails for a reason that stays (a constraint, a missing table) stops the
+ * consumer with exit 1, its offsets uncommitted: never skipped in silence.
+ * Put keepalives=1 keepalives_idle=10 tcp_user_timeout=30000 in CONNINFO so that a database that
+ * stops answering is noticed.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -61,33 +66,68 @@ static bool header(const rd_kafka_message_t *m, const char *name, char *buf, siz
         return true;
 }
 
+/* outbox-id is a bigint in decimal: anything else is not the relay's. */
+static bool is_id(const char *s) {
+        char *end;
+
+        errno = 0;
+        (void)strtoll(s, &end, 10);
+        return *s && !*end && errno == 0;
+}
+
 /* Ascending (source, id): the order the accepts take their locks in (sql/inbox.sql). */
 static int by_identity(const void *a, const void *b) {
         const struct event *x = *(struct event *const *)a, *y = *(struct event *const *)b;
         int c = strcmp(x->source, y->source);
         int64_t i = strtoll(x->id, NULL, 10), j = strtoll(y->id, NULL, 10);
 
-        return c ? c : (i > j) - (i < j);
+        if (c || i != j)
+                return c ? c : (i > j) - (i < j);
+        /* Two copies of one event in a batch: the earlier one is the first, so the effects keep
+         * the order the messages came in. */
+        if (x->msg->partition != y->msg->partition)
+                return (x->msg->partition > y->msg->partition) - (x->msg->partition < y->msg->partition);
+        return (x->msg->offset > y->msg->offset) - (x->msg->offset < y->msg->offset);
 }
 
-static bool ok(PGconn *db, PGresult *res, ExecStatusType want, const char *what) {
-        bool good = PQresultStatus(res) == want;
+enum verdict {
+        COMMITTED,
+        RETRY, /* rolled back by something that passes (a lost connection, a deadlock, a failover):
+                * the same batch again */
+        BROKEN, /* rolled back by something that stays (a constraint the effect breaks, a missing
+                 * table): retrying forever would stall the group in silence, so the consumer stops */
+};
 
-        if (!good)
-                fprintf(stderr, "inbox-consumer: %s: %s", what, PQerrorMessage(db));
-        PQclear(res);
-        return good;
+/* What a failed statement means: SQLSTATE class 08 (connection), 40 (serialization failure,
+ * deadlock), 57P01-03 (shutdown), 25006 (read-only: a standby, e.g. during a failover). */
+static enum verdict classify(const PGresult *res) {
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+        if (!state || strncmp(state, "08", 2) == 0 || strncmp(state, "40", 2) == 0 ||
+            strncmp(state, "57P0", 4) == 0 || strcmp(state, "25006") == 0)
+                return RETRY;
+        return BROKEN;
 }
 
-/* One transaction: accept every event, apply the first ones, commit. False: rolled back (the
- * caller tries the same batch again). */
-static bool apply_batch(PGconn *db, const char *group, struct event *ev, size_t n, struct event **sorted,
-                        size_t *applied) {
+/* NULL when the statement did what `want` says (its result cleared), else its failed result. */
+static PGresult *failed(PGconn *db, PGresult *res, ExecStatusType want) {
+        if (PQresultStatus(res) == want) {
+                PQclear(res);
+                return NULL;
+        }
+        fprintf(stderr, "inbox-consumer: %s", res ? PQresultErrorMessage(res) : PQerrorMessage(db));
+        return res ? res : PQmakeEmptyPGresult(db, PGRES_FATAL_ERROR);
+}
+
+/* One transaction: accept every event, apply the first ones, commit. */
+static enum verdict apply_batch(PGconn *db, const char *group, struct event *ev, size_t n,
+                                struct event **sorted, size_t *applied) {
         PGresult *res;
+        enum verdict v;
 
         *applied = 0;
-        if (!ok(db, PQexec(db, "BEGIN"), PGRES_COMMAND_OK, "BEGIN"))
-                return false;
+        if ((res = failed(db, PQexec(db, "BEGIN"), PGRES_COMMAND_OK)))
+                goto rollback;
         for (size_t i = 0; i < n; i++)
                 sorted[i] = &ev[i];
         qsort(sorted, n, sizeof(*sorted), by_identity);
@@ -96,8 +136,10 @@ static bool apply_batch(PGconn *db, const char *group, struct event *ev, size_t 
 
                 res = PQexecParams(db, "SELECT outbox_inbox_accept($1, $2, $3)", 3, NULL, params, NULL, NULL,
                                    0);
-                if (PQresultStatus(res) != PGRES_TUPLES_OK)
-                        goto failed;
+                if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+                        res = failed(db, res, PGRES_TUPLES_OK);
+                        goto rollback;
+                }
                 sorted[i]->first = PQgetvalue(res, 0, 0)[0] == 't';
                 PQclear(res);
         }
@@ -120,18 +162,21 @@ static bool apply_batch(PGconn *db, const char *group, struct event *ev, size_t 
                         " (consumer_group, source, outbox_id, topic, kafka_partition, kafka_offset, payload)"
                         " VALUES ($1, $2, $3, $4, $5, $6, $7)",
                         7, NULL, params, lengths, formats, 0);
-                if (PQresultStatus(res) != PGRES_COMMAND_OK)
-                        goto failed;
-                PQclear(res);
+                if ((res = failed(db, res, PGRES_COMMAND_OK)))
+                        goto rollback;
                 (*applied)++;
         }
-        return ok(db, PQexec(db, "COMMIT"), PGRES_COMMAND_OK, "COMMIT");
+        /* A COMMIT whose answer was lost may have committed: trying the batch again is still
+         * right, its accepts then say false. */
+        if (!(res = failed(db, PQexec(db, "COMMIT"), PGRES_COMMAND_OK)))
+                return COMMITTED;
 
-failed:
-        fprintf(stderr, "inbox-consumer: %s", PQerrorMessage(db));
+rollback:
+        v = classify(res);
         PQclear(res);
         PQclear(PQexec(db, "ROLLBACK"));
-        return false;
+        *applied = 0;
+        return v;
 }
 
 /* The next offset of every partition in the batch, committed synchronously. */
@@ -179,11 +224,11 @@ static size_t collect(rd_kafka_t *rk, struct event *ev, size_t max, size_t *skip
                         continue;
                 }
                 if (!header(m, "outbox-source", source, sizeof(source)) ||
-                    !header(m, "outbox-id", id, sizeof(id))) {
+                    !header(m, "outbox-id", id, sizeof(id)) || !is_id(id)) {
                         /* Not from outbox-relay: nothing to deduplicate on. Said, and passed over. */
                         fprintf(stderr,
                                 "inbox-consumer: %s [%" PRId32 "] @%" PRId64
-                                ": no outbox-source/outbox-id headers, skipped\n",
+                                ": no outbox-source or no integer outbox-id header, skipped\n",
                                 rd_kafka_topic_name(m->rkt), m->partition, m->offset);
                         (*skipped)++;
                         ev[n].msg = m; /* still committed with the batch */
@@ -224,6 +269,7 @@ int main(int argc, char **argv) {
         rd_kafka_topic_partition_list_t *topics;
         struct event *ev, **sorted;
         size_t batch = 500, total = 0, repeats = 0, skipped = 0;
+        bool broken = false;
         char errstr[512];
         rd_kafka_t *rk;
         PGconn *db;
@@ -282,6 +328,8 @@ int main(int argc, char **argv) {
                 rd_kafka_topic_partition_list_add(topics, argv[i], RD_KAFKA_PARTITION_UA);
         if (rd_kafka_subscribe(rk, topics)) {
                 fprintf(stderr, "inbox-consumer: cannot subscribe\n");
+                rd_kafka_topic_partition_list_destroy(topics);
+                rd_kafka_destroy(rk);
                 return 1;
         }
         rd_kafka_topic_partition_list_destroy(topics);
@@ -307,8 +355,20 @@ int main(int argc, char **argv) {
                         }
                 /* The same batch until it commits: a lost connection or a deadlock rolled it back.
                  * Stopping meanwhile gives it up uncommitted: it comes again to whoever reads next. */
-                while (m && !apply_batch(db, group, ev, m, sorted, &applied)) {
-                        if (PQstatus(db) != CONNECTION_OK) {
+                for (enum verdict v;
+                     m && (v = apply_batch(db, group, ev, m, sorted, &applied)) != COMMITTED;) {
+                        const char *standby = PQparameterStatus(db, "in_hot_standby");
+
+                        if (v == BROKEN) {
+                                fprintf(stderr,
+                                        "inbox-consumer: the batch cannot be applied; stopping without "
+                                        "committing its offsets (it comes again once that is fixed)\n");
+                                broken = true;
+                                done = false;
+                                break;
+                        }
+                        /* Lost, or a standby now (read-only after a failover): connect anew. */
+                        if (PQstatus(db) != CONNECTION_OK || (standby && strcmp(standby, "on") == 0)) {
                                 PQfinish(db);
                                 db = connect_db(conninfo);
                         } else if (!stopping)
@@ -338,5 +398,5 @@ int main(int argc, char **argv) {
         PQfinish(db);
         free(ev);
         free(sorted);
-        return db ? 0 : 1;
+        return db && !broken ? 0 : 1;
 }
