@@ -106,8 +106,10 @@ step "unit + integration tests"
 rm -f "$build/meson-logs/testlog.json"
 meson test -C "$build" --suite unit --suite integration --print-errorlogs --num-processes 1
 tally "plain run" "$build" $?
-# The chaos test's and the row fuzz's one-line results (tests/chaos/README.md), whatever the outcome.
-grep -hE '^(chaos: seed .*events|row fuzz: [0-9]+ rows)' "$build/meson-logs/testlog.txt" || true
+# The one-line results of the chaos test (tests/chaos/README.md), the row fuzz and the inbox test,
+# whatever the outcome.
+grep -hE '^(chaos: seed .*events|row fuzz: [0-9]+ rows|inbox (concurrency|prune|e2e): )' \
+        "$build/meson-logs/testlog.txt" || true
 
 # The fuzzing needs no server and one core: it runs in the background while the unit tests run
 # under valgrind and the sanitizer build is made (the CI machine has two cores), and is counted
