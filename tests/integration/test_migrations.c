@@ -138,28 +138,33 @@ static void missing_001_and_003_exit_78(void **state) {
         PQfinish(c);
 }
 
-/* The README's step: `outbox-relay --print-sql | psql`, into an empty database, twice (an upgrade
- * re-applies everything); then the relay starts on it. */
-static void print_sql_applies(void **state) {
-        PGconn *c = ts_pg_connect();
+/* A new database `db` with the migrations applied by the README's step, `outbox-relay
+ * --print-sql | psql`, twice (an upgrade re-applies everything); its conninfo in `conninfo`. */
+static void fresh_database(PGconn *c, const char *db, char *conninfo, size_t size) {
         char cmd[1024];
-        struct ts_relay r;
-        char conninfo[256];
 
-        (void)state;
-        ts_pg_exec(c, "DROP DATABASE IF EXISTS outbox_sc_fresh");
-        ts_pg_exec(c, "CREATE DATABASE outbox_sc_fresh");
-        snprintf(cmd, sizeof(cmd),
-                 "'%s' --print-sql | psql -X -q -h '%s' -p '%s' -U '%s' -d outbox_sc_fresh >/dev/null",
-                 ts_env("OUTBOX_RELAY_BIN"), ts_env("PGHOST"), ts_env("PGPORT"), ts_env("PGUSER"));
+        ts_pg_exec(c, "DROP DATABASE IF EXISTS \"%s\"", db);
+        ts_pg_exec(c, "CREATE DATABASE \"%s\"", db);
+        snprintf(cmd, sizeof(cmd), "'%s' --print-sql | psql -X -q -h '%s' -p '%s' -U '%s' -d '%s' >/dev/null",
+                 ts_env("OUTBOX_RELAY_BIN"), ts_env("PGHOST"), ts_env("PGPORT"), ts_env("PGUSER"), db);
         for (int i = 0; i < 2; i++) {
                 int rc = system(cmd);
 
                 if (rc != 0)
                         fail_msg("pass %d of --print-sql | psql failed (%d)", i + 1, rc);
         }
-        snprintf(conninfo, sizeof(conninfo), "host=%s port=%s user=%s dbname=outbox_sc_fresh",
-                 ts_env("PGHOST"), ts_env("PGPORT"), ts_env("PGUSER"));
+        snprintf(conninfo, size, "host=%s port=%s user=%s dbname='%s'", ts_env("PGHOST"), ts_env("PGPORT"),
+                 ts_env("PGUSER"), db);
+}
+
+/* Into an empty database, then the relay starts on it. */
+static void print_sql_applies(void **state) {
+        PGconn *c = ts_pg_connect();
+        struct ts_relay r;
+        char conninfo[256];
+
+        (void)state;
+        fresh_database(c, "outbox_sc_fresh", conninfo, sizeof(conninfo));
         ts_relay_start_opts(&r, &(struct ts_relay_opts){ .conninfo = conninfo });
         assert_true(ts_relay_log_wait(&r, "ready", 30000));
         /* everything is there: nothing to say about what it runs without */
@@ -169,11 +174,43 @@ static void print_sql_applies(void **state) {
         PQfinish(c);
 }
 
+/* A database whose name holds a control character (U+0085) cannot give the derived outbox-source
+ * (message_source_invalid): exit 78 saying so and what to set; with relay.source set, it runs. */
+static void underivable_source_exits_78(void **state) {
+        const char *db = "outbox_sc_\xc2\x85odd";
+        PGconn *c = ts_pg_connect();
+        struct ts_relay r;
+        char conninfo[256];
+        int status;
+
+        (void)state;
+        fresh_database(c, db, conninfo, sizeof(conninfo));
+        ts_relay_start_opts(&r, &(struct ts_relay_opts){ .conninfo = conninfo });
+        status = ts_relay_stop(&r, 0, 30000);
+        if (status != 78 ||
+            ts_relay_log_count(
+                    &r,
+                    "the outbox-source header of table 'outbox' cannot be derived: a source may hold "
+                    "no control characters; set relay.source") != 1) {
+                ts_relay_dump_log(&r);
+                fail_msg("exit %d, wanted 78 and the reason", status);
+        }
+        ts_relay_start_opts(&r,
+                            &(struct ts_relay_opts){ .conninfo = conninfo,
+                                                     .relay_group = "source = \"outbox-sc-odd\";" });
+        assert_true(
+                ts_relay_log_wait(&r, "messages carry outbox-source 'outbox-sc-odd' (relay.source)", 30000));
+        assert_int_equal(ts_relay_stop(&r, SIGTERM, 30000), 0);
+        ts_pg_exec(c, "DROP DATABASE \"%s\"", db);
+        PQfinish(c);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_teardown(missing_004_exits_78, ts_teardown),
                 cmocka_unit_test_teardown(missing_001_and_003_exit_78, ts_teardown),
                 cmocka_unit_test_teardown(print_sql_applies, ts_teardown),
+                cmocka_unit_test_teardown(underivable_source_exits_78, ts_teardown),
         };
 
         ts_env("PGPORT");
