@@ -359,6 +359,27 @@ struct consumer {
         char log[512];
 };
 
+/* Consumers running now: the teardown kills those a failed test left behind. */
+static pid_t running[8];
+
+static void track(pid_t pid, bool add) {
+        for (size_t i = 0; i < sizeof(running) / sizeof(running[0]); i++)
+                if (add ? running[i] == 0 : running[i] == pid) {
+                        running[i] = add ? pid : 0;
+                        return;
+                }
+}
+
+static int teardown(void **state) {
+        for (size_t i = 0; i < sizeof(running) / sizeof(running[0]); i++)
+                if (running[i] > 0) {
+                        kill(running[i], SIGKILL);
+                        waitpid(running[i], NULL, 0);
+                        running[i] = 0;
+                }
+        return ts_teardown(state);
+}
+
 static void consumer_start(struct consumer *k, const char *name, const char *group, const char *topic) {
         const char *base = getenv("OUTBOX_TEST_TMPDIR");
         static char conninfo[700];
@@ -384,6 +405,7 @@ static void consumer_start(struct consumer *k, const char *name, const char *gro
                       (char *)NULL);
                 _exit(127);
         }
+        track(k->pid, true);
 }
 
 /* Signals the consumer and waits; returns its exit status (128 + signal when killed). */
@@ -393,6 +415,7 @@ static int consumer_stop(struct consumer *k, int sig) {
         kill(k->pid, sig);
         for (int i = 0; i < 3000; i++) {
                 if (waitpid(k->pid, &status, WNOHANG) == k->pid) {
+                        track(k->pid, false);
                         k->pid = 0;
                         return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
                 }
@@ -400,6 +423,7 @@ static int consumer_stop(struct consumer *k, int sig) {
         }
         kill(k->pid, SIGKILL);
         waitpid(k->pid, &status, 0);
+        track(k->pid, false);
         k->pid = 0;
         fail_msg("consumer %s did not stop within 30 s of signal %d", k->name, sig);
         return -1;
@@ -668,7 +692,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_teardown(accept_concurrently, ts_teardown),
                 cmocka_unit_test_teardown(prune_in_batches, ts_teardown),
-                cmocka_unit_test_teardown(exactly_once_per_group, ts_teardown),
+                cmocka_unit_test_teardown(exactly_once_per_group, teardown),
         };
 
         return cmocka_run_group_tests(tests, setup_db, NULL);

@@ -453,25 +453,14 @@ static void bad_headers_dead_letter(void **state) {
         assert_int_equal(PQntuples(res), 5);
         assert_string_equal(PQgetvalue(res, 0, 0), "bad6");
         assert_string_equal(PQgetvalue(res, 0, 1), "header 'outbox-source' is reserved for the relay");
-        PQclear(res);
-        {
-                char sql[256];
-
-                snprintf(sql, sizeof(sql),
-                         "SELECT encode(payload, 'escape'), last_error FROM outbox"
-                         " WHERE dead_at IS NOT NULL AND topic = '%s' AND payload <> 'bad6' ORDER BY id DESC",
-                         topic);
-                res = PQexec(c, sql);
-        }
-        assert_int_equal(PQntuples(res), 4);
-        assert_string_equal(PQgetvalue(res, 0, 0), "bad5");
-        assert_string_equal(PQgetvalue(res, 0, 1), "header 'z' must have a string value (got null)");
-        assert_string_equal(PQgetvalue(res, 1, 0), "bad4");
-        assert_string_equal(PQgetvalue(res, 1, 1), "header 'arr' must have a string value (got array)");
-        assert_string_equal(PQgetvalue(res, 2, 0), "bad3");
-        assert_string_equal(PQgetvalue(res, 2, 1), "header 'outbox-id' is reserved for the relay");
-        assert_string_equal(PQgetvalue(res, 3, 0), "bad2");
-        assert_string_equal(PQgetvalue(res, 3, 1), "headers must be a JSON object (got array)");
+        assert_string_equal(PQgetvalue(res, 1, 0), "bad5");
+        assert_string_equal(PQgetvalue(res, 1, 1), "header 'z' must have a string value (got null)");
+        assert_string_equal(PQgetvalue(res, 2, 0), "bad4");
+        assert_string_equal(PQgetvalue(res, 2, 1), "header 'arr' must have a string value (got array)");
+        assert_string_equal(PQgetvalue(res, 3, 0), "bad3");
+        assert_string_equal(PQgetvalue(res, 3, 1), "header 'outbox-id' is reserved for the relay");
+        assert_string_equal(PQgetvalue(res, 4, 0), "bad2");
+        assert_string_equal(PQgetvalue(res, 4, 1), "headers must be a JSON object (got array)");
         PQclear(res);
         ts_consume(topics, 3, 30000, 500, &m);
         assert_int_equal(m.n, 3);
