@@ -22,12 +22,12 @@ EVENTS=${BENCH_INBOX_EVENTS:-1000000}
 RESULTS=$SRCDIR/bench/results-inbox.md
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 NAME=inbox
-RUN_START=$EPOCHREALTIME
-TB=
+BUILD=${BENCH_BUILD:-$SRCDIR/build/bench} # lib.sh wants it; nothing is built here
+# say, die, the test bed removed on exit (bench/lib.sh)
+# shellcheck source=bench/lib.sh
+. "$SRCDIR/bench/lib.sh"
 
-say() { printf '%s [%6.1fs]: %s\n' "$NAME" "$(awk -v a="$RUN_START" -v b="$EPOCHREALTIME" 'BEGIN{print b-a}')" "$*" >&2; }
-die() { echo "$NAME: FAILED: $*" >&2; exit 1; }
-calc() { awk "BEGIN { printf \"%.2f\", $1 }"; }
+num() { awk "BEGIN { printf \"%.2f\", $1 }"; }
 q() { psql -X -A -t -q -v ON_ERROR_STOP=1 -d inbox_bench -c "$1"; }
 # ms SQL: wall milliseconds of one statement
 ms() {
@@ -37,18 +37,6 @@ ms() {
         t1=$EPOCHREALTIME
         awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", (b - a) * 1000 }'
 }
-cleanup() {
-        local rc=$?
-        trap - EXIT INT TERM
-        if [ -n "$TB" ] && [ -d "$TB" ]; then
-                "$SRCDIR/scripts/testbed.sh" stop "$TB" >/dev/null 2>&1 || echo "$NAME: stopping the test bed failed" >&2
-                if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then echo "$NAME: test bed kept: $TB" >&2; else rm -rf "$TB"; fi
-        fi
-        exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 "$SRCDIR/scripts/install-deps.sh" >&2 || die "scripts/install-deps.sh failed"
 TB=$(mktemp -d /tmp/outbox-inbox.XXXXXX)
@@ -66,8 +54,8 @@ firsts=$(q "SELECT count(*) FROM outbox_inbox")
 [ "$firsts" = "$EVENTS" ] || die "$firsts entries after $EVENTS accepts"
 repeat_ms=$(ms "SELECT count(*) FILTER (WHERE outbox_inbox_accept('orders-consumer', 'shop/public.outbox', i))
                 FROM generate_series(1, 100000) i")
-server_us=$(calc "$server_ms * 1000 / $EVENTS")
-repeat_us=$(calc "$repeat_ms * 1000 / 100000")
+server_us=$(num "$server_ms * 1000 / $EVENTS")
+repeat_us=$(num "$repeat_ms * 1000 / 100000")
 
 say "3. size"
 q "VACUUM ANALYZE outbox_inbox"
@@ -91,8 +79,8 @@ SQL
 tps1=$("$PGBIN/pgbench" -n -c 1 -T 10 -f "$TB/accept1.sql" inbox_bench 2>&1 | awk '/^tps/ { print $3 }')
 tps100=$("$PGBIN/pgbench" -n -c 1 -T 10 -f "$TB/accept100.sql" inbox_bench 2>&1 | awk '/^tps/ { print $3 }')
 [ -n "$tps1" ] && [ -n "$tps100" ] || die "pgbench gave no rate"
-client1_us=$(calc "1000000 / $tps1")
-client100_us=$(calc "1000000 / ($tps100 * 100)")
+client1_us=$(num "1000000 / $tps1")
+client100_us=$(num "1000000 / ($tps100 * 100)")
 
 say "4. prune $EVENTS entries past the retention while accepts go on"
 q "TRUNCATE outbox_inbox"
@@ -102,6 +90,7 @@ q "INSERT INTO outbox_inbox (consumer_group, source, outbox_id, received_at)
 q "VACUUM ANALYZE outbox_inbox"
 "$PGBIN/pgbench" -n -c 1 -T 120 -f "$TB/accept1.sql" inbox_bench >"$TB/pgbench-during.txt" 2>&1 &
 bg=$!
+PIDS+=("$bg") # stopped on exit by bench/lib.sh, whatever happens
 sleep 1
 t0=$EPOCHREALTIME
 psql -X -q -v ON_ERROR_STOP=1 -d inbox_bench -c "CALL outbox_inbox_prune_all('14 days', 1000)" >&2
@@ -110,10 +99,11 @@ during=$(q "SELECT count(*) FROM outbox_inbox WHERE received_at > now() - interv
 # SIGTERM: a background job of a non-interactive shell ignores SIGINT.
 kill -TERM "$bg" 2>/dev/null || true
 wait "$bg" 2>/dev/null || true
+PIDS=()
 prune_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
 left=$(q "SELECT count(*) FROM outbox_inbox WHERE received_at < now() - interval '14 days'")
 [ "$left" = 0 ] || die "$left entries past the retention after the prune"
-prune_rate=$(calc "$EVENTS / $prune_s")
+prune_rate=$(num "$EVENTS / $prune_s")
 
 {
         echo "# Inbox benchmark ($(date -u +%Y-%m-%d), $(git -C "$SRCDIR" describe --always --dirty 2>/dev/null || echo '?'))"
