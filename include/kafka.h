@@ -65,8 +65,12 @@ rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void
                                   usec_t now);
 
 /* The file descriptor that turns readable when there is something to serve (kafka_poll), -1
- * without; and whether something is queued now. */
+ * without; and whether something is queued now. librdkafka writes to it when its queue stops
+ * being empty: once poll() says it is readable, kafka_event_seen() reads it empty, before the
+ * queue is served (so an event that comes meanwhile makes it readable again). Only then: a read
+ * on every turn of the loop cost a system call per turn. */
 int kafka_event_fd(const struct kafka *k);
+void kafka_event_seen(struct kafka *k);
 bool kafka_has_events(const struct kafka *k);
 
 /* Serves delivery reports and client errors for up to timeout_ms. */

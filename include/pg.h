@@ -123,6 +123,10 @@ int pg_socket(const struct pg *pg);
  * (>= 0) or -ECONNRESET when the connection is gone. Never blocks. */
 int pg_consume_notifies(struct pg *pg);
 
+/* The notifications libpq has already read (while another statement ran, say), without reading
+ * the socket: for the loop's turns, which read it only when poll() says there is something. */
+int pg_take_notifies(struct pg *pg);
+
 /* What a claim leaves out: whole topics, and single (topic, key) sequences (key_topics[i],
  * keys[i]). Leaving out a (topic, key) leaves out all its rows, so its order holds. Borrowed. */
 struct pg_skip {

@@ -92,8 +92,7 @@ bool kafka_has_events(const struct kafka *k) {
         return k->main_queue && rd_kafka_queue_length(k->main_queue) > 0;
 }
 
-/* The io event says "not empty any more" once: read it away before serving. */
-static void drain_event(struct kafka *k) {
+void kafka_event_seen(struct kafka *k) {
         char buf[64];
 
         if (k->event_fd[0] >= 0)
@@ -102,7 +101,6 @@ static void drain_event(struct kafka *k) {
 }
 
 void kafka_poll(struct kafka *k, int timeout_ms) {
-        drain_event(k);
         if (k->rk)
                 rd_kafka_poll(k->rk, timeout_ms);
 }
@@ -163,7 +161,6 @@ rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void
 }
 
 void kafka_flush(struct kafka *k, int timeout_ms) {
-        drain_event(k);
         if (k->rk)
                 rd_kafka_flush(k->rk, timeout_ms);
 }

@@ -988,12 +988,18 @@ int pg_backend_pid(const struct pg *pg) {
 }
 
 int pg_consume_notifies(struct pg *pg) {
+        if (!pg->conn)
+                return -ECONNRESET;
+        if (!PQconsumeInput(pg->conn) || !pg_connected(pg))
+                return -ECONNRESET;
+        return pg_take_notifies(pg);
+}
+
+int pg_take_notifies(struct pg *pg) {
         PGnotify *n;
         int count = 0;
 
         if (!pg->conn)
-                return -ECONNRESET;
-        if (!PQconsumeInput(pg->conn) || !pg_connected(pg))
                 return -ECONNRESET;
         while ((n = PQnotifies(pg->conn))) {
                 count++;

@@ -682,7 +682,7 @@ static void wait_for_work(struct relay *r, usec_t timeout) {
                 timeout = LOOP_SLICE;
         /* A notification may already sit in libpq's buffer (read while another query ran):
          * poll() on the socket would not see it. */
-        if (p.fd >= 0 && pg_consume_notifies(&r->pg) > 0) {
+        if (p.fd >= 0 && pg_take_notifies(&r->pg) > 0) {
                 r->wake = true;
                 return;
         }
@@ -694,7 +694,8 @@ static void wait_for_work(struct relay *r, usec_t timeout) {
         }
         /* librdkafka delivers its reports only when polled; between batches nothing is in
          * flight, so waiting on the database socket alone is enough. */
-        if (poll(&p, 1, (int)(timeout / USEC_PER_MSEC)) > 0) {
+        /* Readable, or closed (POLLHUP, POLLERR): reading says which. */
+        if (poll(&p, 1, (int)(timeout / USEC_PER_MSEC)) > 0 && p.revents) {
                 n = pg_consume_notifies(&r->pg);
                 if (n > 0)
                         r->wake = true;
@@ -1007,10 +1008,10 @@ static int claim_more(struct relay *r) {
  * what linger.ms holds back goes at once. */
 static void wait_in_flight(struct relay *r, usec_t timeout) {
         struct pollfd p[SHARE_PIPELINES_MAX + 2];
-        size_t n = 0, db_ops = 0;
+        size_t n = 0, db_ops = 0, listening = SIZE_MAX, events = SIZE_MAX;
         int ms;
 
-        if (pg_connected(&r->pg) && pg_consume_notifies(&r->pg) > 0)
+        if (pg_connected(&r->pg) && pg_take_notifies(&r->pg) > 0)
                 r->wake = true;
         if (timeout > 50 * USEC_PER_MSEC)
                 timeout = 50 * USEC_PER_MSEC;
@@ -1025,14 +1026,25 @@ static void wait_in_flight(struct relay *r, usec_t timeout) {
                 kafka_flush(&r->kafka, ms);
                 return;
         }
-        if (pg_socket(&r->pg) >= 0)
+        if (pg_socket(&r->pg) >= 0) {
+                listening = n;
                 p[n++] = (struct pollfd){ .fd = pg_socket(&r->pg), .events = POLLIN };
-        if (kafka_event_fd(&r->kafka) >= 0)
+        }
+        if (kafka_event_fd(&r->kafka) >= 0) {
+                events = n;
                 p[n++] = (struct pollfd){ .fd = kafka_event_fd(&r->kafka), .events = POLLIN };
+        }
         if (kafka_has_events(&r->kafka))
                 ms = 0;
-        if (poll(p, n, ms) > 0 && pg_connected(&r->pg) && pg_consume_notifies(&r->pg) > 0)
-                r->wake = true;
+        /* Each socket is read only when poll() says so: a read on every turn (the loop turns
+         * for every part of a claim's result that arrives) cost a system call each. */
+        if (poll(p, n, ms) > 0) {
+                if (listening != SIZE_MAX && p[listening].revents && pg_connected(&r->pg) &&
+                    pg_consume_notifies(&r->pg) > 0)
+                        r->wake = true;
+                if (events != SIZE_MAX && p[events].revents)
+                        kafka_event_seen(&r->kafka);
+        }
         kafka_poll(&r->kafka, 0);
 }
 
