@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "batch.h"
+#include "headers.h"
 #include "relay.h"
 #include "util.h"
 
@@ -43,10 +44,7 @@ struct cycle {
         enum batch_verdict verdict; /* what its plan said about Kafka */
         int64_t highest; /* its highest id */
         char *pairs; /* every row's headers, expanded ("name\0value\0" pairs), one after another */
-        struct cycle_headers {
-                size_t at, len; /* the row's pairs in `pairs`; len 0: none */
-                char *error; /* why its headers cannot be sent (headers.h), or NULL */
-        } * headers;
+        struct headers_row *headers; /* per row: its pairs in `pairs`, or why they cannot be sent */
 };
 
 /* Sends a claim of up to `limit` rows on the pipeline's connection, from `start` (0: the floor);

@@ -18,6 +18,24 @@
  * value (got number)" for the first such name, quoted as quote_literal() does), -ENOMEM. */
 int headers_expand(const char *json, size_t len, char *out, size_t *out_len, char *reason, size_t reasonsz);
 
+/* One row for headers_expand_rows(): its column in, where its pairs went out. */
+struct headers_row {
+        const char *json; /* as for headers_expand(): the text, NULL for SQL NULL */
+        size_t len;
+        size_t at, out_len; /* out: its pairs are out + at, out_len bytes (0: none) */
+        char *error; /* out: why they cannot be sent (malloc'd: the caller frees it), or NULL */
+};
+
+/* headers_expand() of n rows, with its results, but json-c reads them in groups as one document,
+ * "[h0,h1,...]" (SQL NULL as null): for each document it reads it sets up and drops a locale,
+ * about a quarter of what reading a row's few headers cost. Only for jsonb's text, which is
+ * always exactly one JSON value without space around it (the relay's headers column is jsonb,
+ * schema.c): other text could be split otherwise inside the array. When a group does not read
+ * as an array of as many values as it has rows, each of its rows is read on its own. `out`
+ * needs room for the sum of the rows' lengths; the rows' pairs follow each other in it.
+ * Returns 0, or -ENOMEM (then the errors given so far are the caller's to free). */
+int headers_expand_rows(struct headers_row *rows, size_t n, char *out);
+
 /* PostgreSQL's quote_literal(): 'it''s', and E'a\\b' when there is a backslash. Writes at most
  * `size` bytes including the terminating NUL (truncating); returns the full length. */
 size_t headers_quote_literal(const char *s, char *buf, size_t size);

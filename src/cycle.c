@@ -29,7 +29,7 @@ void cycle_free(struct cycle *c) {
  * from). A row whose headers cannot be sent gets its reason, and the batch dead-letters it.
  * Returns 0 or -ENOMEM. */
 static int expand_headers(struct cycle *c) {
-        size_t total = 1, at = 0;
+        size_t total = 1;
 
         for (size_t i = 0; i < c->claimed.n; i++)
                 total += c->claimed.rows[i].headers_len;
@@ -38,35 +38,23 @@ static int expand_headers(struct cycle *c) {
         if (!c->pairs || !c->headers)
                 return -ENOMEM;
         for (size_t i = 0; i < c->claimed.n; i++) {
-                const struct pg_row *row = &c->claimed.rows[i];
-                char reason[HEADERS_REASON_MAX];
-                int ret = headers_expand(row->headers, row->headers_len, c->pairs + at, &c->headers[i].len,
-                                         reason, sizeof(reason));
-
-                if (ret < 0)
-                        return ret;
-                if (ret > 0) {
-                        c->headers[i].error = strdup(reason);
-                        if (!c->headers[i].error)
-                                return -ENOMEM;
-                }
-                c->headers[i].at = at;
-                at += c->headers[i].len;
+                c->headers[i].json = c->claimed.rows[i].headers;
+                c->headers[i].len = c->claimed.rows[i].headers_len;
         }
-        return 0;
+        return headers_expand_rows(c->headers, c->claimed.n, c->pairs);
 }
 
 /* Produces row i. A full local queue is back-pressure: serve reports, the watchdog and signals
  * until there is room, the deadline passes or a second signal comes. */
 static rd_kafka_resp_err_t produce_row(struct relay *r, struct cycle *c, size_t i) {
         const struct pg_row *row = &c->claimed.rows[i];
-        const struct cycle_headers *hd = &c->headers[i];
+        const struct headers_row *hd = &c->headers[i];
 
         for (;;) {
                 rd_kafka_headers_t *h = NULL;
                 rd_kafka_resp_err_t e;
-                int ret =
-                        message_headers(hd->len ? c->pairs + hd->at : NULL, hd->len, row->id, r->source, &h);
+                int ret = message_headers(hd->out_len ? c->pairs + hd->at : NULL, hd->out_len, row->id,
+                                          r->source, &h);
 
                 if (ret == -EBADMSG) {
                         c->b.rows[i].map_error = "headers could not be expanded";

@@ -107,9 +107,21 @@ static int expand(json_object *root, size_t len, char *out, size_t *out_len, cha
         return 0;
 }
 
+/* One parser per thread and depth, kept: making one allocates its stack. */
+static json_tokener *parser(json_tokener **tok, int depth) {
+        if (!*tok) {
+                *tok = json_tokener_new_ex(depth);
+                if (!*tok)
+                        return NULL;
+                json_tokener_set_flags(*tok, JSON_TOKENER_STRICT);
+        }
+        json_tokener_reset(*tok);
+        return *tok;
+}
+
 int headers_expand(const char *json, size_t len, char *out, size_t *out_len, char *reason, size_t reasonsz) {
-        /* One parser per thread, kept: making one allocates its stack. */
-        static _Thread_local json_tokener *tok;
+        static _Thread_local json_tokener *kept;
+        json_tokener *tok;
         json_object *root;
         enum json_tokener_error e;
         int ret;
@@ -123,13 +135,9 @@ int headers_expand(const char *json, size_t len, char *out, size_t *out_len, cha
                 snprintf(reason, reasonsz, "headers could not be read as JSON: %zu bytes", len);
                 return 1;
         }
-        if (!tok) {
-                tok = json_tokener_new_ex(MAX_DEPTH);
-                if (!tok)
-                        return -ENOMEM;
-                json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-        }
-        json_tokener_reset(tok);
+        tok = parser(&kept, MAX_DEPTH);
+        if (!tok)
+                return -ENOMEM;
         /* The terminating NUL goes in too, so a document that is a bare number ends there. */
         root = json_tokener_parse_ex(tok, json, (int)len + 1);
         e = json_tokener_get_error(tok);
@@ -143,4 +151,136 @@ int headers_expand(const char *json, size_t len, char *out, size_t *out_len, cha
         ret = expand(root, len, out, out_len, reason, reasonsz);
         json_object_put(root);
         return ret;
+}
+
+/* Rows read as one document: enough to make the locale's cost small, few enough that their
+ * parsed objects (about ten small allocations a row) are freed before the next group is read,
+ * so malloc hands the same chunks out again. Measured with callgrind over a 50,000-row drain
+ * (instructions a row in this module and what it calls): 9,833 one row at a time, 9,167 in
+ * groups of 4, 8,813 of 8, 8,418 of 32, 8,466 of 128. */
+#define HEADERS_GROUP 32
+
+/* The rows' texts as one array, in a buffer kept for the thread (it only grows: a fresh one per
+ * group cost malloc more than the locale it saves), or NULL (-ENOMEM, or too long for json-c's
+ * int lengths). */
+static char *join(const struct headers_row *rows, size_t n, size_t *doc_len) {
+        static _Thread_local char *kept;
+        static _Thread_local size_t room;
+        size_t len = 3, at = 0;
+        char *doc;
+
+        for (size_t i = 0; i < n; i++)
+                len += (rows[i].json ? rows[i].len : 4) + 1;
+        if (len > INT32_MAX - 1)
+                return NULL;
+        if (len > room) {
+                doc = realloc(kept, len);
+                if (!doc)
+                        return NULL;
+                kept = doc;
+                room = len;
+        }
+        doc = kept;
+        doc[at++] = '[';
+        for (size_t i = 0; i < n; i++) {
+                if (i)
+                        doc[at++] = ',';
+                if (rows[i].json) {
+                        memcpy(doc + at, rows[i].json, rows[i].len);
+                        at += rows[i].len;
+                } else {
+                        memcpy(doc + at, "null", 4);
+                        at += 4;
+                }
+        }
+        doc[at++] = ']';
+        doc[at] = 0;
+        *doc_len = at;
+        return doc;
+}
+
+/* Row i's pairs and verdict from its value (headers_expand() after the parse). */
+static int expand_row(struct headers_row *row, json_object *value, char *out) {
+        char reason[HEADERS_REASON_MAX] = "";
+        int ret =
+                row->json ? expand(value, row->len, out + row->at, &row->out_len, reason, sizeof(reason)) : 0;
+
+        if (ret > 0) {
+                row->out_len = 0;
+                row->error = strdup(reason);
+                if (!row->error)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* Every row on its own: what headers_expand() says of it. */
+static int expand_each(struct headers_row *rows, size_t n, char *out, size_t at) {
+        for (size_t i = 0; i < n; i++) {
+                char reason[HEADERS_REASON_MAX];
+                int ret;
+
+                rows[i].at = at;
+                ret = headers_expand(rows[i].json, rows[i].len, out + at, &rows[i].out_len, reason,
+                                     sizeof(reason));
+                if (ret < 0)
+                        return ret;
+                if (ret > 0) {
+                        rows[i].error = strdup(reason);
+                        if (!rows[i].error)
+                                return -ENOMEM;
+                }
+                at += rows[i].out_len;
+        }
+        return 0;
+}
+
+/* headers_expand_rows() of at most HEADERS_GROUP rows, their pairs from out + at on. */
+static int expand_group(struct headers_row *rows, size_t n, char *out, size_t at) {
+        /* One level more than a row's: the array around them. */
+        static _Thread_local json_tokener *kept;
+        json_tokener *tok;
+        json_object *root = NULL;
+        size_t doc_len = 0;
+        char *doc;
+        int ret = 0;
+
+        doc = join(rows, n, &doc_len);
+        tok = doc ? parser(&kept, MAX_DEPTH + 1) : NULL;
+        if (tok) {
+                root = json_tokener_parse_ex(tok, doc, (int)doc_len + 1);
+                if (json_tokener_get_error(tok) != json_tokener_success ||
+                    json_tokener_get_parse_end(tok) < doc_len ||
+                    !json_object_is_type(root, json_type_array) || json_object_array_length(root) != n) {
+                        json_object_put(root);
+                        root = NULL;
+                }
+        }
+        if (!root)
+                return expand_each(rows, n, out, at);
+        for (size_t i = 0; i < n && ret == 0; i++) {
+                rows[i].at = at;
+                ret = expand_row(&rows[i], json_object_array_get_idx(root, i), out);
+                at += rows[i].out_len;
+        }
+        json_object_put(root);
+        return ret;
+}
+
+int headers_expand_rows(struct headers_row *rows, size_t n, char *out) {
+        size_t at = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                rows[i].at = rows[i].out_len = 0;
+                rows[i].error = NULL;
+        }
+        for (size_t i = 0; i < n; i += HEADERS_GROUP) {
+                size_t k = n - i < HEADERS_GROUP ? n - i : HEADERS_GROUP;
+                int ret = expand_group(rows + i, k, out, at);
+
+                if (ret < 0)
+                        return ret;
+                at = rows[i + k - 1].at + rows[i + k - 1].out_len;
+        }
+        return 0;
 }

@@ -1,6 +1,7 @@
 /* test_headers.c -- A row's headers as JSON text (what PostgreSQL sends for a jsonb) to "name\0value\0" pairs or the dead-letter reason the SQL used to give, as table cases. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -116,6 +117,65 @@ static void expand_table(void **state) {
         }
 }
 
+/* headers_expand_rows() on the cases of the table for which `pick` says yes, five times over
+ * (more rows than one group of headers.c, so a group ends in the middle), in one call: every
+ * row must get exactly what headers_expand() gives it alone, its pairs where it says. With
+ * `broken`, only the first round has the cases that are not one JSON value: the groups after it
+ * are read as arrays again. */
+static void rows_like_one_by_one(bool (*pick)(const struct expand_case *), bool broken) {
+        struct headers_row rows[5 * ELEMENTSOF(expands)];
+        size_t n = 0, room = 1;
+        char *out;
+
+        for (size_t j = 0; j < 5 * ELEMENTSOF(expands); j++)
+                if (pick(&expands[j % ELEMENTSOF(expands)]) || (broken && j < ELEMENTSOF(expands))) {
+                        size_t i = j % ELEMENTSOF(expands);
+
+                        rows[n] =
+                                (struct headers_row){ .json = expands[i].json,
+                                                      .len = expands[i].json ? strlen(expands[i].json) : 0 };
+                        room += rows[n++].len;
+                }
+        assert_true(n > 64);
+        out = malloc(room);
+        assert_non_null(out);
+        assert_int_equal(headers_expand_rows(rows, n, out), 0);
+        for (size_t i = 0, at = 0; i < n; i++) {
+                char alone[4096], reason[HEADERS_REASON_MAX];
+                size_t alone_len = 0;
+                int ret =
+                        headers_expand(rows[i].json, rows[i].len, alone, &alone_len, reason, sizeof(reason));
+
+                print_message("# %s\n", rows[i].json ? rows[i].json : "(SQL NULL)");
+                assert_int_equal(rows[i].at, at); /* one after another */
+                assert_int_equal(rows[i].out_len, alone_len);
+                assert_memory_equal(out + rows[i].at, alone, alone_len);
+                if (ret == 0)
+                        assert_null(rows[i].error);
+                else
+                        assert_string_equal(rows[i].error, reason);
+                at += rows[i].out_len;
+                free(rows[i].error);
+        }
+        free(out);
+}
+
+static bool jsonb_text(const struct expand_case *c) {
+        return !c->reason || strstr(c->reason, "could not be read") == NULL;
+}
+
+/* What jsonb sends, read as one array. */
+static void rows_at_once(void **state) {
+        (void)state;
+        rows_like_one_by_one(jsonb_text, false);
+}
+
+/* Text that is not one JSON value spoils the array: then each row is read alone. */
+static void rows_with_broken_text(void **state) {
+        (void)state;
+        rows_like_one_by_one(jsonb_text, true);
+}
+
 /* Deeper than the parser goes (1024 levels): dead-lettered with a reason all the same. */
 static void too_deep(void **state) {
         size_t depth = 1100, len = 0;
@@ -166,8 +226,8 @@ static void quote_table(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(expand_table),
-                cmocka_unit_test(too_deep),
+                cmocka_unit_test(expand_table), cmocka_unit_test(too_deep),
+                cmocka_unit_test(rows_at_once), cmocka_unit_test(rows_with_broken_text),
                 cmocka_unit_test(quote_table),
         };
 
