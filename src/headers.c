@@ -199,40 +199,31 @@ static char *join(const struct headers_row *rows, size_t n, size_t *doc_len) {
         return doc;
 }
 
-/* Row i's pairs and verdict from its value (headers_expand() after the parse). */
-static int expand_row(struct headers_row *row, json_object *value, char *out) {
-        char reason[HEADERS_REASON_MAX] = "";
-        int ret =
-                row->json ? expand(value, row->len, out + row->at, &row->out_len, reason, sizeof(reason)) : 0;
-
-        if (ret > 0) {
-                row->out_len = 0;
-                row->error = strdup(reason);
-                if (!row->error)
-                        return -ENOMEM;
-        }
-        return 0;
+/* A row's verdict kept (ret as headers_expand() returns it): a refused row has no pairs, and
+ * its reason is copied. Returns 0 or -ENOMEM. */
+static int keep(struct headers_row *row, int ret, const char *reason) {
+        if (ret <= 0)
+                return ret;
+        row->out_len = 0;
+        row->error = strdup(reason);
+        return row->error ? 0 : -ENOMEM;
 }
 
 /* Every row on its own: what headers_expand() says of it. */
 static int expand_each(struct headers_row *rows, size_t n, char *out, size_t at) {
-        for (size_t i = 0; i < n; i++) {
+        int ret = 0;
+
+        for (size_t i = 0; i < n && ret == 0; i++) {
                 char reason[HEADERS_REASON_MAX];
-                int ret;
 
                 rows[i].at = at;
-                ret = headers_expand(rows[i].json, rows[i].len, out + at, &rows[i].out_len, reason,
-                                     sizeof(reason));
-                if (ret < 0)
-                        return ret;
-                if (ret > 0) {
-                        rows[i].error = strdup(reason);
-                        if (!rows[i].error)
-                                return -ENOMEM;
-                }
+                ret = keep(&rows[i],
+                           headers_expand(rows[i].json, rows[i].len, out + at, &rows[i].out_len, reason,
+                                          sizeof(reason)),
+                           reason);
                 at += rows[i].out_len;
         }
-        return 0;
+        return ret;
 }
 
 /* headers_expand_rows() of at most HEADERS_GROUP rows, their pairs from out + at on. */
@@ -259,8 +250,14 @@ static int expand_group(struct headers_row *rows, size_t n, char *out, size_t at
         if (!root)
                 return expand_each(rows, n, out, at);
         for (size_t i = 0; i < n && ret == 0; i++) {
+                char reason[HEADERS_REASON_MAX];
+
                 rows[i].at = at;
-                ret = expand_row(&rows[i], json_object_array_get_idx(root, i), out);
+                /* SQL NULL is null in the array too: no headers (expand() of NULL says so). */
+                ret = keep(&rows[i],
+                           expand(json_object_array_get_idx(root, i), rows[i].len, out + at, &rows[i].out_len,
+                                  reason, sizeof(reason)),
+                           reason);
                 at += rows[i].out_len;
         }
         json_object_put(root);
