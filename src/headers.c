@@ -91,6 +91,16 @@ static int expand(json_object *root, size_t len, char *out, size_t *out_len, cha
                         return 1;
                 }
                 vlen = (size_t)json_object_get_string_len(value);
+                if (memchr(json_object_get_string(value), 0, vlen)) {
+                        /* jsonb refuses \u0000, so only text from elsewhere has one; a Kafka header
+                         * could carry it, but the pairs end their strings with NUL. */
+                        char quoted[HEADERS_REASON_MAX];
+
+                        headers_quote_literal(name, quoted, sizeof(quoted));
+                        snprintf(reason, reasonsz, "header %s has a NUL character (\\u0000) in its value",
+                                 quoted);
+                        return 1;
+                }
                 if (n + nlen + vlen + 2 > len) {
                         /* Cannot happen with the text PostgreSQL sends (see headers.h). */
                         snprintf(reason, reasonsz,

@@ -64,6 +64,8 @@ static const struct expand_case expands[] = {
           "header 'x' must have a string value (got array)" },
         { "a top-level number beyond a double", "-1E+500", 1, NULL,
           "headers must be a JSON object (got number)" },
+        { "a NUL in a value (jsonb refuses \\u0000; the pairs could not carry it)", "{\"a\": \"x\\u0000y\"}",
+          1, NULL, "header 'a' has a NUL character (\\u0000) in its value" },
         { "not JSON at all (not from jsonb): says what the reader saw", "{\"a\": ", 1, NULL,
           "headers could not be read as JSON: " },
 };
