@@ -38,6 +38,7 @@ struct options {
         int per_tx; /* rows per insert transaction */
         int grace; /* seconds to wait for the last rows after the inserts end */
         int keys; /* distinct keys */
+        const char *trace; /* file for one line per row, or NULL */
 };
 
 /* Shared between the inserter (main thread) and the consumer thread. The arrays are indexed by
@@ -235,12 +236,25 @@ static void usage(FILE *f) {
                 "  --rate N         rows per second (default 1000)\n"
                 "  --per-tx N       rows per insert transaction (default 10)\n"
                 "  --keys N         distinct keys (default 10000)\n"
-                "  --grace N        seconds to wait for the last rows to arrive (default 30)\n\n"
+                "  --grace N        seconds to wait for the last rows to arrive (default 30)\n"
+                "  --trace FILE     write one line per row: sequence number, when its insert began (ms\n"
+                "                   from the first insert), how long its insert took (ms), its latency\n"
+                "                   (ms, -1 if it never arrived)\n\n"
                 "Exit status: 0 every row arrived, 2 rows missing, 1 error.\n");
 }
 
 int main(int argc, char **argv) {
-        enum { O_CONNINFO = 0x100, O_BOOTSTRAP, O_TOPIC, O_SECONDS, O_RATE, O_PERTX, O_KEYS, O_GRACE };
+        enum {
+                O_CONNINFO = 0x100,
+                O_BOOTSTRAP,
+                O_TOPIC,
+                O_SECONDS,
+                O_RATE,
+                O_PERTX,
+                O_KEYS,
+                O_GRACE,
+                O_TRACE
+        };
         static const struct option longopts[] = {
                 { "conninfo", required_argument, NULL, O_CONNINFO },
                 { "bootstrap", required_argument, NULL, O_BOOTSTRAP },
@@ -250,6 +264,7 @@ int main(int argc, char **argv) {
                 { "per-tx", required_argument, NULL, O_PERTX },
                 { "keys", required_argument, NULL, O_KEYS },
                 { "grace", required_argument, NULL, O_GRACE },
+                { "trace", required_argument, NULL, O_TRACE },
                 { "help", no_argument, NULL, 'h' },
                 { 0 },
         };
@@ -267,7 +282,8 @@ int main(int argc, char **argv) {
         pthread_t thread;
         PGconn *pg;
         size_t n_tx, n_rows, n_lat = 0;
-        int64_t *lat, t0, t_end, late = 0, max_behind = 0, inserted = 0, wait_until;
+        int64_t *lat, *began = NULL, *took = NULL, t0, t_end, late = 0, max_behind = 0, inserted = 0,
+                      wait_until;
         int64_t interval_ns;
         char topic_p[256], first_p[24], insert_p[24], n_p[16], keys_p[16];
         const char *params[5] = { topic_p, first_p, insert_p, n_p, keys_p };
@@ -299,6 +315,9 @@ int main(int argc, char **argv) {
                 case O_GRACE:
                         o.grace = parse_int(optarg, "--grace", 1, 3600);
                         break;
+                case O_TRACE:
+                        o.trace = optarg;
+                        break;
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -323,7 +342,9 @@ int main(int argc, char **argv) {
         st.capacity = n_rows;
         st.latency_us = malloc(n_rows * sizeof(*st.latency_us));
         lat = malloc(n_rows * sizeof(*lat));
-        if (!st.latency_us || !lat)
+        began = malloc(n_tx * sizeof(*began));
+        took = malloc(n_tx * sizeof(*took));
+        if (!st.latency_us || !lat || !began || !took)
                 die("out of memory");
         for (size_t i = 0; i < n_rows; i++)
                 st.latency_us[i] = INT64_MIN;
@@ -382,6 +403,8 @@ int main(int argc, char **argv) {
                 if (PQresultStatus(res) != PGRES_TUPLES_OK)
                         die("insert %zu failed: %s", i, PQresultErrorMessage(res));
                 PQclear(res);
+                began[i] = now_ns / 1000 - t0 / 1000;
+                took[i] = clock_us(CLOCK_MONOTONIC) - now_ns / 1000;
                 inserted += o.per_tx;
         }
         t_end = clock_us(CLOCK_MONOTONIC);
@@ -399,6 +422,21 @@ int main(int argc, char **argv) {
         rd_kafka_destroy(st.rk);
         PQfinish(pg);
 
+        if (o.trace) {
+                FILE *f = fopen(o.trace, "w");
+
+                if (!f)
+                        die("cannot write %s: %s", o.trace, strerror(errno));
+                fprintf(f, "seq began_ms insert_ms latency_ms\n");
+                for (size_t i = 0; i < (size_t)inserted; i++) {
+                        size_t tx = i / (size_t)o.per_tx;
+
+                        fprintf(f, "%zu %.3f %.3f %.3f\n", i, (double)began[tx] / 1e3, (double)took[tx] / 1e3,
+                                st.latency_us[i] == INT64_MIN ? -1.0 : (double)st.latency_us[i] / 1e3);
+                }
+                if (fclose(f) != 0)
+                        die("cannot write %s: %s", o.trace, strerror(errno));
+        }
         for (size_t i = 0; i < (size_t)inserted; i++)
                 if (st.latency_us[i] != INT64_MIN)
                         lat[n_lat++] = st.latency_us[i];
@@ -427,6 +465,18 @@ int main(int argc, char **argv) {
                 printf("p999_ms=%.3f\n", (double)percentile(lat, n_lat, 99.9) / 1e3);
                 printf("max_ms=%.3f\n", (double)lat[n_lat - 1] / 1e3);
         }
+        /* The insert's own time is in every latency above: a slow commit is not the relay's. */
+        if (inserted > 0) {
+                size_t n = (size_t)inserted / (size_t)o.per_tx;
+
+                qsort(took, n, sizeof(*took), cmp_i64);
+                printf("insert_p50_ms=%.3f\n", (double)percentile(took, n, 50) / 1e3);
+                printf("insert_p99_ms=%.3f\n", (double)percentile(took, n, 99) / 1e3);
+                printf("insert_p999_ms=%.3f\n", (double)percentile(took, n, 99.9) / 1e3);
+                printf("insert_max_ms=%.3f\n", (double)took[n - 1] / 1e3);
+        }
+        free(began);
+        free(took);
         fflush(stdout);
         if (inserted - (int64_t)n_lat > 0) {
                 fprintf(stderr, "latency: %" PRId64 " of %" PRId64 " rows did not arrive within %ds\n",

@@ -18,6 +18,7 @@
 #
 # Environment (defaults in brackets): BENCH_ROWS [1000000], BENCH_BATCH [2000, the relay's default],
 # BENCH_LATENCY_SECONDS [60], BENCH_LATENCY_RATE [1000], BENCH_DRAIN_TIMEOUT [360] seconds,
+# BENCH_WARMUP_MESSAGES [3000000] (sent to the broker before the relay's drain, so its JVM is warm; 0: none),
 # BENCH_PIPELINES [the relay's default], BENCH_BUILD [build/bench], BENCH_KEEP=1 keeps the test bed directory (logs) after the run.
 set -euo pipefail
 
@@ -31,6 +32,7 @@ KEYS=10000
 LAT_SECONDS=${BENCH_LATENCY_SECONDS:-60}
 LAT_RATE=${BENCH_LATENCY_RATE:-1000}
 DRAIN_TIMEOUT=${BENCH_DRAIN_TIMEOUT:-360}
+WARMUP_MESSAGES=${BENCH_WARMUP_MESSAGES:-3000000}
 TOPIC=outbox-bench
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 RESULTS=$SRCDIR/bench/results-latest.md
@@ -245,6 +247,19 @@ CONF
 "$RELAY" --check-config -c "$CONF" >/dev/null || die "the relay rejects $CONF"
 RELAY_VERSION=$("$RELAY" --version)
 
+# The broker is a JVM: fresh, it runs its produce path interpreted and JIT-compiles it under the
+# first few million messages. Measured on one test bed, its CPU for successive 1M-row drains by
+# the relay went 4.08, 2.45, 1.97, 2.82, 1.99, 1.36, 0.86, 0.77, 0.78 s, and the first drain was
+# the slowest: 108,328 rows/s, the later ones 123,027-176,631 (with 2, 3 or 4 pipelines). A
+# broker in service is warm, and the reference relay, measured after the relay, found it warmer:
+# so BENCH_WARMUP_MESSAGES messages shaped like the relay's go to a side topic first
+# (bench-util warm-broker; 0: none). It helps, not wholly: on another test bed, after 3M such
+# messages, the broker's CPU for the next three drains was 3.10, 1.32 and 2.48 s.
+if [ "$WARMUP_MESSAGES" -gt 0 ]; then
+        "$UTIL" create-topic --topic "$TOPIC-broker-warmup" --partitions 3 || die "creating topic '$TOPIC-broker-warmup' failed"
+        "$UTIL" warm-broker --topic "$TOPIC-broker-warmup" --messages "$WARMUP_MESSAGES" || die "warming the broker failed"
+fi
+
 fill "relay fill"
 [ "$("$UTIL" watermarks --topic "$TOPIC")" = 0 ] || die "topic '$TOPIC' is not empty before the relay starts"
 KAFKA_T0=$(proc_ticks "$KAFKA_PID")
@@ -304,7 +319,7 @@ say "relay: $ROWS rows in $(fmt %.3f "$RELAY_SECS")s = $(fmt %.0f "$RELAY_RATE")
 say "latency: $LAT_RATE rows/s for ${LAT_SECONDS}s"
 read -r M0_BUSY M0_TOTAL < <(machine_ticks)
 timeout $((LAT_SECONDS + 120)) "$LATENCY" --topic "$TOPIC" --seconds "$LAT_SECONDS" --rate "$LAT_RATE" \
-        --per-tx 10 --keys "$KEYS" --grace 30 >"$TB/latency.out" || LAT_RC=$?
+        --per-tx 10 --keys "$KEYS" --grace 30 --trace "$TB/latency.trace" >"$TB/latency.out" || LAT_RC=$?
 LAT_RC=${LAT_RC:-0}
 [ "$LAT_RC" = 0 ] || [ "$LAT_RC" = 2 ] || die "the latency tool failed (exit $LAT_RC)"
 lat() { awk -F= -v k="$1" '$1 == k { print $2 }' "$TB/latency.out"; }
@@ -382,7 +397,7 @@ LAT_OK="every row arrived"
         echo "|---|---|"
         echo "| CPU | $(nproc) × $CPU_MODEL (nproc $(nproc)), $MEM_GIB GiB RAM, $OS, Linux $(uname -r) |"
         echo "| PostgreSQL | $PG_VERSION, private instance over TCP on 127.0.0.1; $PG_SETTINGS (durability off: test settings, not production) |"
-        echo "| Kafka | $KAFKA_VERSION, one KRaft broker (combined mode, JVM -Xmx512m) on the same machine; topic \`$TOPIC\`: 3 partitions, replication factor 1 |"
+        echo "| Kafka | $KAFKA_VERSION, one KRaft broker (combined mode, JVM -Xmx512m) on the same machine; topic \`$TOPIC\`: 3 partitions, replication factor 1; warmed with $(thousands "$WARMUP_MESSAGES") messages like the relay's (\`bench-util warm-broker\`) before the relay's drain |"
         echo "| relay | \`$RELAY_VERSION\`, git $GIT_REV ($GIT_DIRTY uncommitted paths in the tree), buildtype=release; batch_size=$BATCH, finish=delete, poll_interval=1s, status_interval=2s, librdkafka defaults of the relay (acks=all, idempotence, linger.ms=5) |"
         echo "| data | $(thousands "$ROWS") rows, 200-byte payloads, $(thousands $KEYS) distinct keys, 3 string headers per row |"
         echo "| machine load | $(fmt %.0f "$IDLE_BUSY") % CPU busy over 3 s before the measurements (idle test bed and anything else running on the machine) |"
@@ -407,6 +422,7 @@ LAT_OK="every row arrived"
         echo "| relay's pipelines' database sessions during the drain ($SAMPLES samples of pg_stat_activity, every 20 ms, one per session) | claim running $(fmt %.1f "$S_CLAIM") %, DELETE running $(fmt %.1f "$S_FINISH") %, other statement $(fmt %.1f "$S_OTHER") %, idle in transaction (publishing to Kafka) $(fmt %.1f "$S_IDLETX") %, idle $(fmt %.1f "$S_IDLE") %, no session $(fmt %.1f "$S_NONE") % |"
         echo "| latency at $LAT_RATE events/s for ${LAT_SECONDS} s (10 rows per insert transaction), insert → consumed | $(lat received) of $(lat inserted) received, $LAT_OK, $(lat duplicates) duplicates; inserter fell behind schedule by up to $(lat max_behind_ms) ms; relay CPU $(fmt %.2f "$RELAY_CPU_LAT") s; machine busy $(fmt %.0f "$LAT_BUSY") % |"
         echo "| latency p50 / p90 / p99 / max | **$(lat p50_ms) / $(lat p90_ms) / $(lat p99_ms) / $(lat max_ms) ms** (min $(lat min_ms), mean $(lat mean_ms), p99.9 $(lat p999_ms)) |"
+        echo "| of which the insert transaction itself, p50 / p99 / p99.9 / max | $(lat insert_p50_ms) / $(lat insert_p99_ms) / $(lat insert_p999_ms) / $(lat insert_max_ms) ms (every row's figures in latency.trace, kept with BENCH_KEEP=1) |"
         echo "| relay stop (SIGTERM → exit $RELAY_RC) | $(fmt %.3f "$STOP_S") s |"
         echo "| relay log | $N_ERR errors, $N_WARN warnings${LOG_ISSUES:+: $LOG_ISSUES} |"
 } >"$TB/results.md"
