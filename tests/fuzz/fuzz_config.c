@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <limits.h>
 
 #include "config.h"
@@ -14,7 +15,13 @@
  * else lies). Whatever it says must end in 0 or one "FILE:LINE: …" error, never a crash, an
  * exit, a hang, a leak or undefined behaviour; a file that loads must also survive the
  * producer's configuration and a reload against the defaults. */
-static char path[PATH_MAX];
+static char path[PATH_MAX], dir[] = "/tmp/outbox-relay-fuzz-XXXXXX";
+
+/* The file and its directory go when the fuzzer exits (each run left one behind). */
+static void remove_dir(void) {
+        unlink(path);
+        rmdir(dir);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -23,11 +30,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FILE *f;
 
         if (!path[0]) {
-                char dir[] = "/tmp/outbox-relay-fuzz-XXXXXX";
-
                 if (!mkdtemp(dir))
                         abort();
                 snprintf(path, sizeof(path), "%s/relay.conf", dir);
+                atexit(remove_dir);
         }
         f = fopen(path, "we");
         if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
