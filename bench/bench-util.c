@@ -149,6 +149,27 @@ static int create_topic(const char *bootstrap, const char *topic, int partitions
         return 0;
 }
 
+/* A producer for bootstrap with these settings (name, value pairs) and delivery callback. */
+static rd_kafka_t *producer_new(const char *bootstrap, const char *const (*settings)[2], size_t n,
+                                void (*on_delivery)(rd_kafka_t *, const rd_kafka_message_t *, void *),
+                                void *opaque) {
+        char err[512];
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        rd_kafka_t *rk;
+
+        if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof(err)))
+                die("%s", err);
+        for (size_t i = 0; i < n; i++)
+                if (rd_kafka_conf_set(conf, settings[i][0], settings[i][1], err, sizeof(err)))
+                        die("%s", err);
+        rd_kafka_conf_set_opaque(conf, opaque);
+        rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+        if (!rk)
+                die("%s", err);
+        return rk;
+}
+
 static void on_warm_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
         (void)rk;
         *(rd_kafka_resp_err_t *)opaque = m->err;
@@ -158,20 +179,14 @@ static void on_warm_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *
  * in progress" for a while: one idempotent message to a side topic pays that once, before the
  * relay's clock starts. */
 static int warm_idempotence(const char *bootstrap, const char *topic) {
-        char err[512];
-        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        static const char *const settings[][2] = {
+                { "enable.idempotence", "true" },
+                { "message.timeout.ms", "30000" },
+        };
         rd_kafka_resp_err_t result = RD_KAFKA_RESP_ERR__IN_PROGRESS, e;
-        rd_kafka_t *rk;
+        rd_kafka_t *rk = producer_new(bootstrap, settings, sizeof(settings) / sizeof(settings[0]),
+                                      on_warm_delivery, &result);
 
-        if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof(err)) ||
-            rd_kafka_conf_set(conf, "enable.idempotence", "true", err, sizeof(err)) ||
-            rd_kafka_conf_set(conf, "message.timeout.ms", "30000", err, sizeof(err)))
-                die("%s", err);
-        rd_kafka_conf_set_opaque(conf, &result);
-        rd_kafka_conf_set_dr_msg_cb(conf, on_warm_delivery);
-        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-        if (!rk)
-                die("%s", err);
         e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_VALUE("warm-up", 7),
                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
         if (e)
@@ -191,31 +206,21 @@ static void on_load_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *
 }
 
 /* A fresh broker runs its produce path interpreted and JIT-compiles it under the first few
- * million messages (measured: its CPU for a 1M-row drain fell from 4.1 to 0.8 s over the first
- * seven drains of a test bed). Messages like the relay's, with its producer settings, warm the
- * same path. */
+ * million messages (measured: its CPU for a 1M-row drain went from 4.08 s for the first of nine
+ * drains on one test bed to 0.78 s for the last; bench/README.md). Messages like the relay's, with
+ * its producer settings, warm the same path. */
 static int warm_broker(const char *bootstrap, const char *topic, long messages) {
         static const char *const settings[][2] = {
                 { "enable.idempotence", "true" },    { "acks", "all" },
                 { "compression.codec", "lz4" },      { "linger.ms", "5" },
                 { "partitioner", "murmur2_random" }, { "message.timeout.ms", "60000" },
         };
-        char err[512], key[32], value[200], id[24];
-        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        char key[32], value[200], id[24];
         long failed = 0;
         int64_t t0 = clock_us(CLOCK_MONOTONIC);
-        rd_kafka_t *rk;
+        rd_kafka_t *rk = producer_new(bootstrap, settings, sizeof(settings) / sizeof(settings[0]),
+                                      on_load_delivery, &failed);
 
-        if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof(err)))
-                die("%s", err);
-        for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
-                if (rd_kafka_conf_set(conf, settings[i][0], settings[i][1], err, sizeof(err)))
-                        die("%s", err);
-        rd_kafka_conf_set_opaque(conf, &failed);
-        rd_kafka_conf_set_dr_msg_cb(conf, on_load_delivery);
-        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-        if (!rk)
-                die("%s", err);
         memset(value, 'x', sizeof(value));
         for (long i = 0; i < messages; i++) {
                 int klen = snprintf(key, sizeof(key), "key-%ld", i % 10000);

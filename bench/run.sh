@@ -247,14 +247,10 @@ CONF
 "$RELAY" --check-config -c "$CONF" >/dev/null || die "the relay rejects $CONF"
 RELAY_VERSION=$("$RELAY" --version)
 
-# The broker is a JVM: fresh, it runs its produce path interpreted and JIT-compiles it under the
-# first few million messages. Measured on one test bed, its CPU for successive 1M-row drains by
-# the relay went 4.08, 2.45, 1.97, 2.82, 1.99, 1.36, 0.86, 0.77, 0.78 s, and the first drain was
-# the slowest: 108,328 rows/s, the later ones 123,027-176,631 (with 2, 3 or 4 pipelines). A
-# broker in service is warm, and the reference relay, measured after the relay, found it warmer:
-# so BENCH_WARMUP_MESSAGES messages shaped like the relay's go to a side topic first
-# (bench-util warm-broker; 0: none). It helps, not wholly: on another test bed, after 3M such
-# messages, the broker's CPU for the next three drains was 3.10, 1.32 and 2.48 s.
+# The broker is a JVM: fresh, it compiles its produce path under the first few million messages,
+# and a drain measured then pays for it while the reference relay, later, finds it warmer
+# (bench/README.md, "The set-up", has the figures). So BENCH_WARMUP_MESSAGES messages shaped like
+# the relay's go to a side topic first (bench-util warm-broker; 0: none).
 if [ "$WARMUP_MESSAGES" -gt 0 ]; then
         "$UTIL" create-topic --topic "$TOPIC-broker-warmup" --partitions 3 || die "creating topic '$TOPIC-broker-warmup' failed"
         "$UTIL" warm-broker --topic "$TOPIC-broker-warmup" --messages "$WARMUP_MESSAGES" || die "warming the broker failed"
