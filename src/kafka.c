@@ -110,23 +110,24 @@ void kafka_poll(struct kafka *k, int timeout_ms) {
  * Bounded: one wait of at most KAFKA_TOPIC_WAIT_MS per topic, for at most KAFKA_KNOWN_TOPICS
  * topics, and after a wait that got no answer (Kafka unreachable) no other wait for
  * KAFKA_TOPIC_QUIET: a batch of many new topics during an outage must not hold the loop for
- * a quarter of a second each. A failure only leaves the topic to librdkafka's own look-up. */
-static void know_topic(struct kafka *k, const char *topic) {
+ * a quarter of a second each. A failure only leaves the topic to librdkafka's own look-up.
+ * Returns the topic's kept handle, or NULL when none could be kept. */
+static rd_kafka_topic_t *know_topic(struct kafka *k, const char *topic) {
         const struct rd_kafka_metadata *md = NULL;
         rd_kafka_topic_t *rkt;
 
         if (k->n_known > 0 && strcmp(rd_kafka_topic_name(k->known[k->last_known]), topic) == 0)
-                return;
+                return k->known[k->last_known];
         for (size_t i = 0; i < k->n_known; i++)
                 if (strcmp(rd_kafka_topic_name(k->known[i]), topic) == 0) {
                         k->last_known = i;
-                        return;
+                        return k->known[i];
                 }
         if (k->n_known >= KAFKA_KNOWN_TOPICS)
-                return;
+                return NULL;
         rkt = rd_kafka_topic_new(k->rk, topic, NULL);
         if (!rkt)
-                return;
+                return NULL;
         if (now_usec() >= k->topic_quiet_until) {
                 if (rd_kafka_metadata(k->rk, 0, rkt, &md, KAFKA_TOPIC_WAIT_MS) == RD_KAFKA_RESP_ERR_NO_ERROR)
                         rd_kafka_metadata_destroy(md);
@@ -135,22 +136,32 @@ static void know_topic(struct kafka *k, const char *topic) {
         }
         k->last_known = k->n_known;
         k->known[k->n_known++] = rkt;
+        return rkt;
 }
 
 rd_kafka_resp_err_t kafka_produce(struct kafka *k, const char *topic, const void *key, size_t key_len,
                                   const void *payload, size_t payload_len, int64_t timestamp_ms,
                                   rd_kafka_headers_t *headers, struct kafka_delivery *d, size_t *outstanding,
                                   usec_t now) {
+        rd_kafka_topic_t *rkt, *own = NULL;
         rd_kafka_resp_err_t e;
 
         memset(d, 0, sizeof(*d));
         d->partition = RD_KAFKA_PARTITION_UA;
         d->sent_at = now;
-        know_topic(k, topic);
-        e = rd_kafka_producev(k->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
+        /* By a kept handle: by name, librdkafka looks the topic up in its list under a lock for
+         * every message. Beyond the kept topics, a handle for this message, as a name would get. */
+        rkt = know_topic(k, topic);
+        if (!rkt)
+                rkt = own = rd_kafka_topic_new(k->rk, topic, NULL);
+        if (!rkt) /* a name librdkafka refuses, or no memory: never "no error" */
+                return rd_kafka_last_error() ? rd_kafka_last_error() : RD_KAFKA_RESP_ERR__INVALID_ARG;
+        e = rd_kafka_producev(k->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_KEY(key, key_len),
                               RD_KAFKA_V_VALUE((void *)payload, payload_len), RD_KAFKA_V_MSGFLAGS(0),
                               RD_KAFKA_V_TIMESTAMP(timestamp_ms), RD_KAFKA_V_HEADERS(headers),
                               RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+        if (own)
+                rd_kafka_topic_destroy(own);
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 k->pending++;
                 d->outstanding = outstanding;
