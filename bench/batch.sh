@@ -3,19 +3,21 @@
 #
 #   bench/batch.sh
 #
-# Starts a private PostgreSQL 15 + Kafka test bed (scripts/testbed.sh) and stops it on exit. For
-# each batch size, in turn and twice (the second round in the reverse order, so a drift of the
-# machine weighs on both ends alike): BENCH_ROWS rows as in bench/run.sh (200-byte payloads,
-# 10,000 keys, 3 headers) drained by one relay with the defaults but that batch size, then
-# rows inserted at BENCH_LATENCY_RATE per second for BENCH_LATENCY_SECONDS with the relay still
-# running (bench/latency: insert -> consumed). Prints a markdown table (medians of the two
-# rounds) and writes it to bench/results-batch.md.
+# Starts a private PostgreSQL 15 + Kafka test bed (scripts/testbed.sh) and stops it on exit; its
+# broker is warmed first, as for bench/run.sh (BENCH_WARMUP_MESSAGES, bench/lib.sh). For each
+# batch size, in turn and twice (the second round in the reverse order, so a drift of the machine
+# weighs on both ends alike): BENCH_ROWS rows as in bench/run.sh (200-byte payloads, 10,000 keys,
+# 3 headers) drained by one relay with the defaults but that batch size, then rows inserted at
+# BENCH_LATENCY_RATE per second for BENCH_LATENCY_SECONDS with the relay still running
+# (bench/latency: insert -> consumed). Prints a markdown table (medians of the two rounds) and
+# writes it to bench/results-batch.md.
 #
 # Environment: BENCH_BATCHES ["500 1000 2000 5000"], BENCH_ROWS [1000000],
 # BENCH_LATENCY_SECONDS [15], BENCH_LATENCY_RATE [1000], BENCH_BUILD [build/bench],
-# BENCH_KEEP=1 keeps the test bed directory.
+# BENCH_WARMUP_MESSAGES [3000000; 0: none], BENCH_KEEP=1 keeps the test bed directory.
 set -euo pipefail
 
+NAME=batch
 SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BENCH_BUILD:-$SRCDIR/build/bench}
 BATCHES=${BENCH_BATCHES:-500 1000 2000 5000}
@@ -24,49 +26,17 @@ LAT_SECONDS=${BENCH_LATENCY_SECONDS:-15}
 LAT_RATE=${BENCH_LATENCY_RATE:-1000}
 RESULTS=$SRCDIR/bench/results-batch.md
 CLK_TCK=$(getconf CLK_TCK)
-TB=
-RELAY_PID=
-RUN_START=$EPOCHREALTIME
 
-say() { printf 'batch [%6.1fs]: %s\n' "$(awk -v a="$RUN_START" -v b="$EPOCHREALTIME" 'BEGIN{print b-a}')" "$*" >&2; }
-die() { echo "batch: FAILED: $*" >&2; exit 1; }
-calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }
+# say, die, calc, q, the release build, the test bed (its broker warmed) removed on exit,
+# stopping the relay (bench/lib.sh)
+# shellcheck source=bench/lib.sh
+. "$SRCDIR/bench/lib.sh"
 median2() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", (a + b) / 2 }'; }
 
-cleanup() {
-        local rc=$?
-        trap - EXIT INT TERM
-        if [ -n "$RELAY_PID" ]; then
-                kill -TERM "$RELAY_PID" 2>/dev/null || true
-                wait "$RELAY_PID" 2>/dev/null || true
-        fi
-        if [ -n "$TB" ] && [ -d "$TB" ]; then
-                "$SRCDIR/scripts/testbed.sh" stop "$TB" >/dev/null 2>&1 || echo "batch: stopping the test bed failed" >&2
-                if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then echo "batch: test bed kept: $TB" >&2; else rm -rf "$TB"; fi
-        fi
-        exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-q() { psql -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
-
-"$SRCDIR/scripts/install-deps.sh" >&2 || die "scripts/install-deps.sh failed"
-if [ -f "$BUILD/build.ninja" ]; then
-        meson configure "$BUILD" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson configure failed"
-else
-        meson setup "$BUILD" "$SRCDIR" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson setup failed"
-fi
-ninja -C "$BUILD" outbox-relay bench/bench-util bench/latency >&2 || die "building failed"
-RELAY=$BUILD/outbox-relay UTIL=$BUILD/bench/bench-util LATENCY=$BUILD/bench/latency
-
-TB=$(mktemp -d /tmp/outbox-batch.XXXXXX)
-say "starting the test bed in $TB"
-"$SRCDIR/scripts/testbed.sh" start "$TB" >&2 || die "the test bed did not start"
-# shellcheck disable=SC1091
-. "$TB/env"
-"$UTIL" create-topic --topic batch-warmup --partitions 1 --warm-idempotence >&2 || die "warm-up failed"
+bench_build
+ninja -C "$BUILD" bench/latency >&2 || die "building failed"
+LATENCY=$BUILD/bench/latency
+bench_testbed
 
 # One case: batch size, round -> "rate cpu_us_per_event hwm_kib p50 p99 p999 max missing"
 run_case() {
@@ -91,18 +61,18 @@ http = { listen = "127.0.0.1:0"; };
 CONF
         t0=$EPOCHREALTIME
         "$RELAY" -c "$TB/relay.conf" 2>>"$TB/relay-$topic.log" &
-        RELAY_PID=$!
-        "$UTIL" wait-drain --pid "$RELAY_PID" --timeout 360 --interval-ms 100 >"$TB/drain-$topic.out" ||
+        PIDS=($!)
+        "$UTIL" wait-drain --pid "${PIDS[0]}" --timeout 360 --interval-ms 100 >"$TB/drain-$topic.out" ||
                 die "$topic: the relay did not drain the outbox"
         t1=$(awk -F= '$1 == "drained_at_us" { printf "%.6f", $2 / 1e6 }' "$TB/drain-$topic.out")
-        ticks=$(awk '{ print $14 + $15 }' "/proc/$RELAY_PID/stat")
+        ticks=$(awk '{ print $14 + $15 }' "/proc/${PIDS[0]}/stat")
         [ "$("$UTIL" watermarks --topic "$topic")" -ge "$ROWS" ] || die "$topic: rows missing in Kafka"
         timeout $((LAT_SECONDS + 120)) "$LATENCY" --topic "$topic" --seconds "$LAT_SECONDS" --rate "$LAT_RATE" \
                 --per-tx 10 --keys 10000 --grace 30 >"$TB/latency-$topic.out" || die "$topic: the latency tool failed"
-        hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$RELAY_PID/status")
-        kill -TERM "$RELAY_PID"
-        wait "$RELAY_PID" || die "$topic: the relay did not exit 0 on SIGTERM"
-        RELAY_PID=
+        hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/${PIDS[0]}/status")
+        kill -TERM "${PIDS[0]}"
+        wait "${PIDS[0]}" || die "$topic: the relay did not exit 0 on SIGTERM"
+        PIDS=()
         lat() { awk -F= -v k="$1" '$1 == k { print $2 }' "$TB/latency-$topic.out"; }
         echo "$(calc "$ROWS / ($t1 - $t0)") $(calc "$ticks * 1000000 / $CLK_TCK / $ROWS") $hwm $(lat p50_ms) $(lat p99_ms) $(lat p999_ms) $(lat max_ms) $(lat missing)"
 }

@@ -1,4 +1,4 @@
-# lib.sh -- What bench/scaleout.sh and bench/backlog.sh share: messages, the release build, a
+# lib.sh -- What the bench scripts but run.sh share: messages, the release build, a
 # private test bed removed on exit, the outbox fill, stopping the relays. Sourced, with NAME
 # (the script's name in messages), SRCDIR and BUILD set first.
 # shellcheck shell=bash
