@@ -13,13 +13,18 @@
 #   3. latency: rows inserted at a steady 1,000/s for 60 s (issue 11) while the relay runs, consumed from
 #      Kafka: p50/p90/p99/max, and every row must arrive;
 #   4. reference: the same 1M rows drained by a minimal relay (bench/reference_relay.py), so the
-#      relay's rate is shown as a ratio to it too.
+#      relay's rate is shown as a ratio to it too;
+#   5. rounds: 1-4 gave one figure each; the ceiling, the relay's drain and the reference relay
+#      again, in turn, BENCH_ROUNDS - 1 times, and every ratio round by round with its median.
 # Prints a markdown results table and writes it to bench/results-latest.md.
 #
 # Environment (defaults in brackets): BENCH_ROWS [1000000], BENCH_BATCH [2000, the relay's default],
 # BENCH_LATENCY_SECONDS [60], BENCH_LATENCY_RATE [1000], BENCH_DRAIN_TIMEOUT [360] seconds,
 # BENCH_WARMUP_MESSAGES [3000000] (sent to the broker before the relay's drain, so its JVM is warm; 0: none),
-# BENCH_PIPELINES [the relay's default], BENCH_BUILD [build/bench], BENCH_KEEP=1 keeps the test bed directory (logs) after the run.
+# BENCH_PIPELINES [the relay's default], BENCH_ROUNDS [3] (the ceiling, the relay's drain and the
+# reference relay measured that many times in turn, the first round as above, each later one a
+# drain only: one measurement of each swung the ratios by a third between runs), BENCH_BUILD
+# [build/bench], BENCH_KEEP=1 keeps the test bed directory (logs) after the run.
 set -euo pipefail
 
 SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,6 +38,7 @@ LAT_SECONDS=${BENCH_LATENCY_SECONDS:-60}
 LAT_RATE=${BENCH_LATENCY_RATE:-1000}
 DRAIN_TIMEOUT=${BENCH_DRAIN_TIMEOUT:-360}
 WARMUP_MESSAGES=${BENCH_WARMUP_MESSAGES:-3000000}
+ROUNDS=${BENCH_ROUNDS:-3}
 TOPIC=outbox-bench
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 RESULTS=$SRCDIR/bench/results-latest.md
@@ -350,27 +356,74 @@ LOG_ISSUES=$( (grep ' <[0-4]>' "$TB/relay.log" || true) | cut -d' ' -f2- | sed -
 
 # A minimal relay as a team would write it (bench/reference_relay.py: SKIP LOCKED claim, produce,
 # flush, DELETE, COMMIT; the same librdkafka settings), on a fresh fill into its own topic.
-REF_TOPIC=$TOPIC-reference
-"$UTIL" create-topic --topic "$REF_TOPIC" --partitions 3 || die "creating topic '$REF_TOPIC' failed"
-MAIN_TOPIC=$TOPIC TOPIC=$REF_TOPIC
-fill "reference relay fill"
-TOPIC=$MAIN_TOPIC
-say "reference relay: draining $ROWS rows"
-REF_T0=$EPOCHREALTIME
-TIMEFORMAT='%3U %3S'
-{ time timeout "$DRAIN_TIMEOUT" /usr/bin/python3 "$SRCDIR/bench/reference_relay.py" "$BATCH" >"$TB/reference.log" 2>&1; } \
-        2>"$TB/reference.time" || { tail -5 "$TB/reference.log" >&2; die "the reference relay failed"; }
-REF_T1=$EPOCHREALTIME
-left=$(q 'SELECT count(*) FROM outbox')
-[ "$left" = 0 ] || die "the reference relay left $left rows in the outbox"
-REF_MSGS=$("$UTIL" watermarks --topic "$REF_TOPIC")
-[ "$REF_MSGS" -ge "$ROWS" ] || die "only $REF_MSGS of $ROWS rows reached '$REF_TOPIC' from the reference relay"
-REF_SECS=$(calc "$REF_T1 - $REF_T0")
-REF_RATE=$(calc "$ROWS / $REF_SECS")
-REF_CPU=$(awk '{ printf "%.3f", $1 + $2 }' "$TB/reference.time")
+# Drains a fresh fill into topic $1 with the reference relay; sets REF_SECS, REF_RATE, REF_CPU.
+reference_drain() {
+        local topic=$1 t0 t1 left msgs main=$TOPIC
+        "$UTIL" create-topic --topic "$topic" --partitions 3 || die "creating topic '$topic' failed"
+        TOPIC=$topic
+        fill "reference relay fill"
+        TOPIC=$main
+        say "reference relay: draining $ROWS rows"
+        t0=$EPOCHREALTIME
+        TIMEFORMAT='%3U %3S'
+        { time timeout "$DRAIN_TIMEOUT" /usr/bin/python3 "$SRCDIR/bench/reference_relay.py" "$BATCH" >"$TB/reference-$topic.log" 2>&1; } \
+                2>"$TB/reference.time" || { tail -5 "$TB/reference-$topic.log" >&2; die "the reference relay failed"; }
+        t1=$EPOCHREALTIME
+        left=$(q 'SELECT count(*) FROM outbox')
+        [ "$left" = 0 ] || die "the reference relay left $left rows in the outbox"
+        msgs=$("$UTIL" watermarks --topic "$topic")
+        [ "$msgs" -ge "$ROWS" ] || die "only $msgs of $ROWS rows reached '$topic' from the reference relay"
+        REF_SECS=$(calc "$t1 - $t0")
+        REF_RATE=$(calc "$ROWS / $REF_SECS")
+        REF_CPU=$(awk '{ printf "%.3f", $1 + $2 }' "$TB/reference.time")
+}
+reference_drain "$TOPIC-reference"
 REF_CPU_PER_M=$(calc "$REF_CPU * 1000000 / $ROWS")
 REF_RATIO=$(calc "$RELAY_RATE / $REF_RATE")
 say "reference relay: $ROWS rows in $(fmt %.3f "$REF_SECS")s = $(fmt %.0f "$REF_RATE") events/s; relay ÷ reference $(fmt %.3f "$REF_RATIO")"
+
+# ---- 5. more rounds ------------------------------------------------------------------------------
+
+# Round 1 is the one above; each later round drains fresh fills with pgbench, the relay (started
+# afresh, the same settings, stopped once the table is empty) and the reference relay, in turn.
+R_CEIL=("$CEIL_RATE") R_RELAY=("$RELAY_RATE") R_CPU=("$RELAY_CPU_PER_M") R_REF=("$REF_RATE")
+for ((round = 2; round <= ROUNDS; round++)); do
+        say "round $round of $ROUNDS"
+        run_pgbench ceiling
+        R_CEIL+=("$P_RATE")
+        "$UTIL" create-topic --topic "$TOPIC-r$round" --partitions 3 || die "creating topic '$TOPIC-r$round' failed"
+        MAIN_TOPIC=$TOPIC TOPIC=$TOPIC-r$round
+        fill "relay fill, round $round"
+        TOPIC=$MAIN_TOPIC
+        t0=$EPOCHREALTIME
+        "$RELAY" -c "$CONF" 2>"$TB/relay-r$round.log" >/dev/null &
+        RELAY_PID=$!
+        "$UTIL" wait-drain --pid "$RELAY_PID" --timeout "$DRAIN_TIMEOUT" --interval-ms 200 >"$TB/drain-r$round.out" ||
+                die "the relay did not drain the outbox (round $round)"
+        t1=$(awk -F= '$1 == "drained_at_us" { printf "%.6f", $2 / 1e6 }' "$TB/drain-r$round.out")
+        ticks=$(proc_ticks "$RELAY_PID")
+        kill -TERM "$RELAY_PID"
+        wait "$RELAY_PID" || die "the relay did not exit 0 on SIGTERM (round $round)"
+        RELAY_PID=
+        [ "$("$UTIL" watermarks --topic "$TOPIC-r$round")" -ge "$ROWS" ] || die "rows missing in '$TOPIC-r$round'"
+        R_RELAY+=("$(calc "$ROWS / ($t1 - $t0)")")
+        R_CPU+=("$(calc "$ticks / $CLK_TCK * 1000000 / $ROWS")")
+        reference_drain "$TOPIC-reference-r$round"
+        R_REF+=("$REF_RATE")
+        say "round $round: ceiling $(fmt %.0f "${R_CEIL[-1]}"), relay $(fmt %.0f "${R_RELAY[-1]}"), reference $(fmt %.0f "$REF_RATE") rows/s"
+done
+# Each round's figure with format $1, joined by " / ", and their median: "a / b / c (median m)".
+rounds() {
+        local f=$1 m
+        shift
+        m=$(printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+        printf '%s' "$(for v in "$@"; do fmt "$f" "$v"; echo; done | paste -sd/ - | sed 's|/| / |g') (median $(fmt "$f" "$m"))"
+}
+R_RATIO=() R_REF_RATIO=()
+for ((i = 0; i < ROUNDS; i++)); do
+        R_RATIO+=("$(calc "${R_RELAY[i]} / ${R_CEIL[i]}")")
+        R_REF_RATIO+=("$(calc "${R_RELAY[i]} / ${R_REF[i]}")")
+done
 
 # ---- results -----------------------------------------------------------------------------------
 
@@ -420,7 +473,16 @@ LAT_OK="every row arrived"
         echo "| latency p50 / p90 / p99 / max | **$(lat p50_ms) / $(lat p90_ms) / $(lat p99_ms) / $(lat max_ms) ms** (min $(lat min_ms), mean $(lat mean_ms), p99.9 $(lat p999_ms)) |"
         echo "| of which the insert transaction itself, p50 / p99 / p99.9 / max | $(lat insert_p50_ms) / $(lat insert_p99_ms) / $(lat insert_p999_ms) / $(lat insert_max_ms) ms (every row's figures in latency.trace, kept with BENCH_KEEP=1) |"
         echo "| relay stop (SIGTERM → exit $RELAY_RC) | $(fmt %.3f "$STOP_S") s |"
-        echo "| relay log | $N_ERR errors, $N_WARN warnings${LOG_ISSUES:+: $LOG_ISSUES} |"
+        echo "| relay log (this drain and the latency phase) | $N_ERR errors, $N_WARN warnings${LOG_ISSUES:+: $LOG_ISSUES} |"
+        if [ "$ROUNDS" -gt 1 ]; then
+                echo "| **$ROUNDS rounds** (the first is the one above; each later one: ceiling, relay drain, reference relay, in turn, fresh fills) | |"
+                echo "| ceiling rows/s, round by round | $(rounds %.0f "${R_CEIL[@]}") |"
+                echo "| relay drain events/s | $(rounds %.0f "${R_RELAY[@]}") |"
+                echo "| reference relay events/s | $(rounds %.0f "${R_REF[@]}") |"
+                echo "| relay ÷ ceiling | **$(rounds %.3f "${R_RATIO[@]}")** |"
+                echo "| relay ÷ reference relay | **$(rounds %.3f "${R_REF_RATIO[@]}")** |"
+                echo "| relay CPU per million events (s) | **$(rounds %.2f "${R_CPU[@]}")** |"
+        fi
 } >"$TB/results.md"
 
 cp "$TB/results.md" "$RESULTS"
