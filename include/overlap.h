@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util.h"
+
 /* While one batch waits for Kafka's acknowledgements the database has nothing to do; a second
  * batch claimed meanwhile on another connection keeps it busy. Which rows may that claim take?
  *
@@ -81,3 +83,21 @@ void overlap_finished(struct overlap *o, bool left_pending, size_t in_flight);
 /* Rows appeared below the chain (put back in line, the floor went back): no chaining until the
  * flight is empty. */
 void overlap_break(struct overlap *o);
+
+/* With batches in flight, what the loop knows of the next claim after it tried one. */
+struct overlap_pace {
+        usec_t now;
+        bool stopping; /* a stop was asked: no more claims */
+        bool claiming; /* a claim is out: its answer wakes the loop */
+        bool held; /* overlap_next() said wait, or no pipeline was free: only a batch that ends
+                    * (its finish or its reports wake the loop) can change that */
+        bool wake; /* a claim is due at once */
+        usec_t next_poll; /* otherwise it is due then */
+        usec_t not_before; /* no claim before then (a back-off after an error), 0: none */
+};
+
+/* How long the loop may wait in poll() before it tries a claim again: 0 when one may go now,
+ * otherwise until it is due, and at most `most` (answers, reports and notifications wake it
+ * earlier). A wait of 0 while nothing can change spins the loop: each turn flushed librdkafka,
+ * which wakes its broker thread, hundreds of times a batch. */
+usec_t overlap_pace(const struct overlap_pace *p, usec_t most);

@@ -59,6 +59,7 @@ struct relay {
 
         enum relay_state state;
         bool wake; /* claim at once: notification or a full batch */
+        bool claim_held; /* the last claim_more() waited for a batch in flight to end */
         usec_t next_poll; /* claim by then even without a notification */
         usec_t retry_at; /* no reconnect / no claim before then */
         usec_t stop_at; /* when the stop was requested, 0 = not yet */

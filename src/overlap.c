@@ -47,3 +47,16 @@ void overlap_finished(struct overlap *o, bool left_pending, size_t in_flight) {
 void overlap_break(struct overlap *o) {
         o->broken = true;
 }
+
+usec_t overlap_pace(const struct overlap_pace *p, usec_t most) {
+        usec_t due;
+
+        if (p->stopping || p->claiming || p->held)
+                return most;
+        due = p->wake ? p->now : p->next_poll;
+        if (p->not_before > due)
+                due = p->not_before;
+        if (due <= p->now)
+                return 0;
+        return due - p->now < most ? due - p->now : most;
+}

@@ -941,6 +941,7 @@ static int claim_more(struct relay *r) {
         bool probe;
         int limit, ret;
 
+        r->claim_held = false;
         if (r->stop_at || r->sig->stop || claiming(r))
                 return 0;
         if (!r->wake && now < r->next_poll)
@@ -961,8 +962,10 @@ static int claim_more(struct relay *r) {
                         pause_set_count_active(&r->paused_keys, now) > 0,
         };
         next = overlap_next(&r->overlap, &rules);
-        if (next.form == OVERLAP_WAIT || !(lane = free_lane(r)))
+        if (next.form == OVERLAP_WAIT || !(lane = free_lane(r))) {
+                r->claim_held = true;
                 return 0;
+        }
         if (!breaker_gate(r, now))
                 return 0;
         reap(r);
@@ -1172,9 +1175,17 @@ int relay_run(struct relay *r) {
                 now = now_usec();
                 relay_status(r, now);
                 if (active(r) > 0) {
-                        wait_in_flight(
-                                r,
-                                r->wake && !claiming(r) && active(r) < r->n_lanes ? 0 : 50 * USEC_PER_MSEC);
+                        struct overlap_pace pace = {
+                                .now = now,
+                                .stopping = r->stop_at || r->sig->stop,
+                                .claiming = claiming(r),
+                                .held = r->claim_held,
+                                .wake = r->wake,
+                                .next_poll = r->next_poll,
+                                .not_before = r->state == RELAY_BACKOFF ? r->retry_at : 0,
+                        };
+
+                        wait_in_flight(r, overlap_pace(&pace, 50 * USEC_PER_MSEC));
                         continue;
                 }
                 if (r->sig->stop)

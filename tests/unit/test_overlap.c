@@ -386,6 +386,47 @@ static void a_row_still_waiting_when_planned_is_left_pending(void **state) {
         batch_free(&b);
 }
 
+/* How long the loop waits with batches in flight (now is 1000 s; at most 50 ms). */
+struct pace_case {
+        const char *name;
+        struct overlap_pace pace;
+        usec_t wait;
+};
+
+#define T0 (1000 * USEC_PER_SEC)
+#define MOST (50 * USEC_PER_MSEC)
+
+static const struct pace_case pace_cases[] = {
+        { "a claim due and free to go: no wait", { .now = T0, .wake = true }, 0 },
+        { "due but held until a batch ends: the longest wait, not a spin",
+          { .now = T0, .wake = true, .held = true },
+          MOST },
+        { "a claim out: its answer wakes the loop", { .now = T0, .wake = true, .claiming = true }, MOST },
+        { "stopping: no claim will go", { .now = T0, .wake = true, .stopping = true }, MOST },
+        { "not due: until the poll", { .now = T0, .next_poll = T0 + 7 * USEC_PER_MSEC }, 7 * USEC_PER_MSEC },
+        { "the poll far off: at most the longest wait",
+          { .now = T0, .next_poll = T0 + 2 * USEC_PER_SEC },
+          MOST },
+        { "the poll passed: now", { .now = T0, .next_poll = T0 - 1 }, 0 },
+        { "due, in a back-off: until it ends",
+          { .now = T0, .wake = true, .not_before = T0 + 3 * USEC_PER_MSEC },
+          3 * USEC_PER_MSEC },
+        { "a back-off that ended: now", { .now = T0, .wake = true, .not_before = T0 - 5 }, 0 },
+        { "the poll after the back-off: until the poll",
+          { .now = T0, .next_poll = T0 + 9 * USEC_PER_MSEC, .not_before = T0 + 2 * USEC_PER_MSEC },
+          9 * USEC_PER_MSEC },
+};
+
+static void pace_table(void **state) {
+        (void)state;
+        for (size_t i = 0; i < sizeof(pace_cases) / sizeof(pace_cases[0]); i++) {
+                const struct pace_case *t = &pace_cases[i];
+
+                print_message("# case: %s\n", t->name);
+                assert_int_equal(overlap_pace(&t->pace, MOST), t->wait);
+        }
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(next_table),
@@ -395,6 +436,7 @@ int main(void) {
                 cmocka_unit_test(the_newest_earlier_batch_is_followed),
                 cmocka_unit_test(a_row_still_waiting_when_planned_is_left_pending),
                 cmocka_unit_test(a_planned_batch_is_decided_at_once),
+                cmocka_unit_test(pace_table),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
