@@ -9,8 +9,8 @@
 # weighs on both ends alike): BENCH_ROWS rows as in bench/run.sh (200-byte payloads, 10,000 keys,
 # 3 headers) drained by one relay with the defaults but that batch size, then rows inserted at
 # BENCH_LATENCY_RATE per second for BENCH_LATENCY_SECONDS with the relay still running
-# (bench/latency: insert -> consumed). Prints a markdown table (medians of the two rounds) and
-# writes it to bench/results-batch.md.
+# (bench/latency: insert -> consumed). Prints a markdown table (the mean of the two rounds, for
+# two also their median) and writes it to bench/results-batch.md.
 #
 # Environment: BENCH_BATCHES ["500 1000 2000 5000"], BENCH_ROWS [1000000],
 # BENCH_LATENCY_SECONDS [15], BENCH_LATENCY_RATE [1000], BENCH_BUILD [build/bench],
@@ -31,7 +31,7 @@ CLK_TCK=$(getconf CLK_TCK)
 # stopping the relay (bench/lib.sh)
 # shellcheck source=bench/lib.sh
 . "$SRCDIR/bench/lib.sh"
-median2() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", (a + b) / 2 }'; }
+mean2() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", (a + b) / 2 }'; }
 
 bench_build
 ninja -C "$BUILD" bench/latency >&2 || die "building failed"
@@ -96,9 +96,9 @@ done
                 read -r a1 c1 h1 p501 p991 p9991 m1 x1 <<<"${R1[$b]}"
                 read -r a2 c2 h2 p502 p992 p9992 m2 x2 <<<"${R2[$b]}"
                 printf '| %s | %.0f (%.0f, %.0f) | %.2f | %.1f | %.1f / %.1f / %.1f / %.1f | %d |\n' "$b" \
-                        "$(median2 "$a1" "$a2")" "$a1" "$a2" "$(median2 "$c1" "$c2")" \
-                        "$(calc "($h1 > $h2 ? $h1 : $h2) / 1024")" "$(median2 "$p501" "$p502")" \
-                        "$(median2 "$p991" "$p992")" "$(median2 "$p9991" "$p9992")" "$(median2 "$m1" "$m2")" \
+                        "$(mean2 "$a1" "$a2")" "$a1" "$a2" "$(mean2 "$c1" "$c2")" \
+                        "$(calc "($h1 > $h2 ? $h1 : $h2) / 1024")" "$(mean2 "$p501" "$p502")" \
+                        "$(mean2 "$p991" "$p992")" "$(mean2 "$p9991" "$p9992")" "$(mean2 "$m1" "$m2")" \
                         "$((x1 + x2))"
         done
         echo
