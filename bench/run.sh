@@ -387,6 +387,8 @@ say "reference relay: $ROWS rows in $(fmt %.3f "$REF_SECS")s = $(fmt %.0f "$REF_
 # Round 1 is the one above; each later round drains fresh fills with pgbench, the relay (started
 # afresh, the same settings, stopped once the table is empty) and the reference relay, in turn.
 R_CEIL=("$CEIL_RATE") R_RELAY=("$RELAY_RATE") R_CPU=("$RELAY_CPU_PER_M") R_REF=("$REF_RATE")
+# reference_drain sets REF_*: round 1's are the ones the table shows beside round 1's relay.
+REF1_SECS=$REF_SECS REF1_RATE=$REF_RATE REF1_CPU=$REF_CPU
 for ((round = 2; round <= ROUNDS; round++)); do
         say "round $round of $ROUNDS"
         run_pgbench ceiling
@@ -412,6 +414,7 @@ for ((round = 2; round <= ROUNDS; round++)); do
         R_REF+=("$REF_RATE")
         say "round $round: ceiling $(fmt %.0f "${R_CEIL[-1]}"), relay $(fmt %.0f "${R_RELAY[-1]}"), reference $(fmt %.0f "$REF_RATE") rows/s"
 done
+REF_SECS=$REF1_SECS REF_RATE=$REF1_RATE REF_CPU=$REF1_CPU
 # Each round's figure with format $1, joined by " / ", and their median: "a / b / c (median m)".
 rounds() {
         local f=$1 m
