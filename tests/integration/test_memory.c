@@ -24,6 +24,10 @@
  * 2000 rows hold in flight. A leak keeps going: ten bytes a row shows here as 8.6 MiB. */
 #define STEADY_AT 100000
 #define MAX_STEADY_GROWTH_KIB (5 * 1024)
+/* The end is compared with the highest sample up to STEADY_AT, not with the one sample there: the
+ * allocator also gives pages back now and then, and a CI run sampled 15412 KiB at 100,000 events
+ * after 17644 at 10,000, then ended at 21892 (its peak, 4248 over the first sample): a dip, not
+ * growth, that broke the bound by 1360 KiB. */
 
 /* The relay's resident set, KiB (VmRSS of /proc/PID/status). */
 static long rss_kib(pid_t pid) {
@@ -96,17 +100,17 @@ static void rss_stays_flat(void **state) {
                         base = last;
                         at_base = n;
                 }
-                if (steady < 0 && n >= STEADY_AT)
+                if (base >= 0 && n <= STEADY_AT && last > steady)
                         steady = last;
                 if (base >= 0 && last > peak)
                         peak = last;
         }
         fprintf(stderr,
-                "memory: RSS %ld KiB at %.0f events published, %ld KiB at %d, peak %ld KiB up to %.0f, %ld "
+                "memory: RSS %ld KiB at %.0f events published, highest %ld KiB up to %d, peak %ld KiB up to "
+                "%.0f, %ld "
                 "KiB "
-                "at the end (peak - first sample %ld KiB, at most %d; end - the sample at %d %ld KiB, at "
-                "most "
-                "%d)\n",
+                "at the end (peak - first sample %ld KiB, at most %d; end - the highest sample up to %d %ld "
+                "KiB, at most %d)\n",
                 base, at_base, steady, STEADY_AT, peak, n, last, peak - base, MAX_GROWTH_KIB, STEADY_AT,
                 last - steady, MAX_STEADY_GROWTH_KIB);
         assert_true(base > 0 && steady > 0);
