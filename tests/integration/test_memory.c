@@ -106,11 +106,10 @@ static void rss_stays_flat(void **state) {
                         peak = last;
         }
         fprintf(stderr,
-                "memory: RSS %ld KiB at %.0f events published, highest %ld KiB up to %d, peak %ld KiB up to "
-                "%.0f, %ld "
-                "KiB "
-                "at the end (peak - first sample %ld KiB, at most %d; end - the highest sample up to %d %ld "
-                "KiB, at most %d)\n",
+                "memory: RSS %ld KiB at %.0f events published, highest %ld KiB up to %d, "
+                "peak %ld KiB up to %.0f, %ld KiB at the end "
+                "(peak - first sample %ld KiB, at most %d; "
+                "end - the highest sample up to %d %ld KiB, at most %d)\n",
                 base, at_base, steady, STEADY_AT, peak, n, last, peak - base, MAX_GROWTH_KIB, STEADY_AT,
                 last - steady, MAX_STEADY_GROWTH_KIB);
         assert_true(base > 0 && steady > 0);
