@@ -26,12 +26,11 @@ struct headers_row {
         char *error; /* out: why they cannot be sent (malloc'd: the caller frees it), or NULL */
 };
 
-/* headers_expand() of n rows, with its results, but json-c reads them in groups as one document,
- * "[h0,h1,...]" (SQL NULL as null): for each document it reads it sets up and drops a locale,
- * about a quarter of what reading a row's few headers cost. Only for jsonb's text, which is
- * always exactly one JSON value without space around it (the relay's headers column is jsonb,
- * schema.c): other text could be split otherwise inside the array. When a group does not read
- * as an array of as many values as it has rows, each of its rows is read on its own. `out`
+/* headers_expand() of n rows, with its results, but yajl reads them in groups as one document,
+ * "[h0,h1,...]" (SQL NULL as null), so its reader is set up once a group. Only for jsonb's text,
+ * which is always exactly one JSON value without space around it (the relay's headers column is
+ * jsonb, schema.c): other text could be split otherwise inside the array. When a group does not
+ * read as an array of as many values as it has rows, each of its rows is read on its own. `out`
  * needs room for the sum of the rows' lengths; the rows' pairs follow each other in it.
  * Returns 0, or -ENOMEM (then the errors given so far are the caller's to free). */
 int headers_expand_rows(struct headers_row *rows, size_t n, char *out);

@@ -3,7 +3,7 @@
 set -euo pipefail
 
 pkgs=(build-essential meson ninja-build pkg-config
-      librdkafka-dev libpq-dev libconfig-dev libsystemd-dev libcmocka-dev libjson-c-dev libmicrohttpd-dev libcurl4-openssl-dev prometheus clang libclang-rt-14-dev valgrind
+      librdkafka-dev libpq-dev libconfig-dev libsystemd-dev libcmocka-dev libyajl-dev libmicrohttpd-dev libcurl4-openssl-dev prometheus clang libclang-rt-14-dev valgrind
       postgresql-15 postgresql-client-15 postgresql-contrib
       openjdk-17-jre-headless maven systemd clang-format procps iproute2 python3
       python3-psycopg2 python3-confluent-kafka

@@ -2,10 +2,11 @@
 #include "probe.h"
 
 #include <errno.h>
-#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <yajl/yajl_gen.h>
 
 #include "procstat.h"
 
@@ -30,36 +31,63 @@ static const char *kafka_state(const struct probe_state *s) {
         }
 }
 
-/* The object as compact text in a heap string, or NULL when o is NULL (out of memory) or `built`
- * is false (a member could not be added); o is freed either way. */
-static char *json_text(json_object *o, bool built) {
-        const char *text = o && built ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN) : NULL;
-        char *out = text ? strdup(text) : NULL;
+/* A flat JSON object of the members given as name, kind ('b' boolean, 's' string, 'n' number
+ * already written as text), value: compact text in a heap string, or NULL (out of memory). */
+struct member {
+        const char *name;
+        char kind;
+        bool b;
+        const char *s;
+};
 
-        json_object_put(o);
+static char *json_object_text(const struct member *m, size_t n) {
+        yajl_gen g = yajl_gen_alloc(NULL);
+        const unsigned char *buf;
+        size_t len;
+        char *out = NULL;
+        bool ok = g && yajl_gen_map_open(g) == yajl_gen_status_ok;
+
+        for (size_t i = 0; ok && i < n; i++) {
+                ok = yajl_gen_string(g, (const unsigned char *)m[i].name, strlen(m[i].name)) ==
+                        yajl_gen_status_ok;
+                if (ok && m[i].kind == 'b')
+                        ok = yajl_gen_bool(g, m[i].b) == yajl_gen_status_ok;
+                else if (ok && m[i].kind == 's')
+                        ok = yajl_gen_string(g, (const unsigned char *)m[i].s, strlen(m[i].s)) ==
+                                yajl_gen_status_ok;
+                else if (ok)
+                        ok = yajl_gen_number(g, m[i].s, strlen(m[i].s)) == yajl_gen_status_ok;
+        }
+        if (ok && yajl_gen_map_close(g) == yajl_gen_status_ok &&
+            yajl_gen_get_buf(g, &buf, &len) == yajl_gen_status_ok)
+                out = strndup((const char *)buf, len);
+        if (g)
+                yajl_gen_free(g);
         return out;
 }
 
 char *probe_ready_json(const struct probe_state *s) {
-        json_object *o = json_object_new_object();
-        bool built = o && json_object_object_add(o, "ready", json_object_new_boolean(probe_ready(s))) == 0 &&
-                json_object_object_add(o, "database",
-                                       json_object_new_string(s->db_connected ? "ok" : "not connected")) ==
-                        0 &&
-                json_object_object_add(o, "kafka", json_object_new_string(kafka_state(s))) == 0 &&
-                json_object_object_add(o, "stopping", json_object_new_boolean(s->stopping)) == 0;
+        const struct member m[] = {
+                { "ready", 'b', probe_ready(s), NULL },
+                { "database", 's', false, s->db_connected ? "ok" : "not connected" },
+                { "kafka", 's', false, kafka_state(s) },
+                { "stopping", 'b', s->stopping, NULL },
+        };
 
-        return json_text(o, built);
+        return json_object_text(m, sizeof(m) / sizeof(m[0]));
 }
 
 static char *health_json(const struct probe_state *s) {
-        json_object *o = json_object_new_object();
-        double ago = s->now > s->turn ? (double)(s->now - s->turn) / USEC_PER_SEC : 0.0;
-        bool built = o && json_object_object_add(o, "alive", json_object_new_boolean(probe_alive(s))) == 0 &&
-                json_object_object_add(o, "loop_turned_seconds_ago", json_object_new_double(ago)) == 0 &&
-                json_object_object_add(o, "stopping", json_object_new_boolean(s->stopping)) == 0;
+        char ago[32];
+        const struct member m[] = {
+                { "alive", 'b', probe_alive(s), NULL },
+                { "loop_turned_seconds_ago", 'n', false, ago },
+                { "stopping", 'b', s->stopping, NULL },
+        };
 
-        return json_text(o, built);
+        snprintf(ago, sizeof(ago), "%.6f",
+                 s->now > s->turn ? (double)(s->now - s->turn) / USEC_PER_SEC : 0.0);
+        return json_object_text(m, sizeof(m) / sizeof(m[0]));
 }
 
 /* A JSON body gets a newline, so curl in a terminal ends its line. */

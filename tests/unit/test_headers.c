@@ -68,6 +68,16 @@ static const struct expand_case expands[] = {
           1, NULL, "header 'a' has a NUL character (\\u0000) in its value" },
         { "not JSON at all (not from jsonb): says what the reader saw", "{\"a\": ", 1, NULL,
           "headers could not be read as JSON: " },
+        { "text after the document (not from jsonb)", "{} x", 1, NULL,
+          "headers could not be read as JSON: " },
+        { "bytes that are not UTF-8 (the relay's client_encoding is UTF8)", "{\"a\": \"\xff\"}", 1, NULL,
+          "headers could not be read as JSON: " },
+        { "a NUL in a name (not from jsonb)", "{\"a\\u0000b\": \"c\"}", 1, NULL,
+          "header names may not have a NUL character (\\u0000)" },
+        { "a reserved name after a bad value: the reserved name is said", "{\"a\": 1, \"outbox-source\": 2}",
+          1, NULL, "header 'outbox-source' is reserved for the relay" },
+        { "names inside a value are not the row's", "{\"b\": {\"outbox-id\": \"1\"}}", 1, NULL,
+          "header 'b' must have a string value (got object)" },
 };
 
 /* "name=value;" per pair of an expansion. */
@@ -178,9 +188,10 @@ static void rows_with_broken_text(void **state) {
         rows_like_one_by_one(jsonb_text, true);
 }
 
-/* Deeper than the parser goes (1024 levels): dead-lettered with a reason all the same. */
+/* Nesting deeper than any stack would hold a frame a level for: the reason says the value's type,
+ * as jsonb_typeof() would. */
 static void too_deep(void **state) {
-        size_t depth = 1100, len = 0;
+        size_t depth = 100000, len = 0;
         char *json = malloc(2 * depth + 16), *out, reason[HEADERS_REASON_MAX];
         size_t out_len;
 
@@ -196,7 +207,7 @@ static void too_deep(void **state) {
         out = malloc(len);
         assert_non_null(out);
         assert_int_equal(headers_expand(json, len, out, &out_len, reason, sizeof(reason)), 1);
-        assert_string_equal(reason, "headers could not be read as JSON: nesting too deep");
+        assert_string_equal(reason, "header 'd' must have a string value (got array)");
         free(out);
         free(json);
 }
