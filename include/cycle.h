@@ -38,7 +38,6 @@ struct cycle {
         usec_t publish_deadline; /* producing and awaiting reports */
         int limit;
         bool probe;
-        bool locked; /* claimed with key buckets' locks (relays share the table) */
         bool covers; /* took every pending row from its start to its highest id (overlap.h) */
         int64_t proven; /* the claim floor's proven id when it claimed (floor.h) */
         enum batch_verdict verdict; /* what its plan said about Kafka */

@@ -56,10 +56,8 @@ struct overlap {
 struct overlap_rules {
         size_t in_flight; /* batches claimed and not yet finished */
         size_t pipelines; /* at most this many in flight (relay.pipelines) */
-        bool sharing; /* ordering = "key" with other relays' pipelines in view: bucket locks */
-        size_t unlocked; /* of the batches in flight, those claimed without bucket locks (a chain):
-                          * a claim from the floor would wait for their rows, on the very loop
-                          * that must finish them */
+        bool sharing; /* ordering = "key" with other relays' pipelines in view: bucket locks, and
+                       * one batch in flight (the other relays overlap the database and Kafka) */
         bool serial; /* no overlap now: a breaker probe, paused topics or keys, a stop */
 };
 

@@ -54,8 +54,9 @@ bool share_update(struct share *s, const int *slots, size_t n, const int *own, s
 
 /* Where pipeline p's next claim of up to `limit` rows starts and how deep it looks. The
  * pipelines start evenly spread over the buckets, so they seldom try the same ones. With others
- * on the table it looks (members + 1) batches deep (the first rows in view may be the other
- * pipelines' open batches, and their buckets' later rows too), at most SHARE_DEPTH_MAX; alone (no
+ * on the table it looks (relays + 1) batches deep (the first rows in view may be the other
+ * relays' open batches, one each while they share (overlap.h), and their buckets' later rows
+ * too; members + 1 when no relay is counted), at most SHARE_DEPTH_MAX; alone (no
  * pipeline but ours) it takes no bucket at all and looks one batch deep: our own pipelines chain
  * their claims instead (overlap.h), and a stale view costs a wait for the others' rows, never
  * order (pg.c). */

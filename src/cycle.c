@@ -176,11 +176,10 @@ static int claim(struct relay *r, struct lane *lane, int limit, bool probe, int6
         c->covers = skip.n_topics == 0 && skip.n_keys == 0;
         if (r->cfg->relay.ordering == ORDERING_KEY) {
                 /* Where our buckets start, and deep enough to find a batch among the rows the
-                 * other relays' pipelines hold. */
+                 * other relays' open batches hold. */
                 struct share_claim sc = share_claim(&r->share, lane->index, limit);
 
                 order = (struct pg_order){ sc.first, sc.depth, sc.alone, start, lock_wait };
-                c->locked = !sc.alone;
                 c->covers = c->covers && sc.alone;
         }
         return pg_claim_start(&lane->pg, limit, &skip, &order, &c->claimed, c->deadline, err, errsz);

@@ -933,7 +933,6 @@ static struct lane *free_lane(struct relay *r) {
  * and only the batch's outcome gives it back. */
 static int claim_more(struct relay *r) {
         usec_t now = now_usec();
-        size_t unlocked = 0;
         struct overlap_rules rules;
         struct overlap_next next;
         struct lane *lane;
@@ -948,13 +947,10 @@ static int claim_more(struct relay *r) {
                 return 0;
         if (r->state == RELAY_BACKOFF && now < r->retry_at)
                 return 0;
-        for (size_t i = 0; i < r->n_flight; i++)
-                unlocked += r->flight[i]->state != CYCLE_DONE && !r->flight[i]->locked;
         rules = (struct overlap_rules){
                 .in_flight = active(r),
                 .pipelines = r->n_lanes,
                 .sharing = sharing(r),
-                .unlocked = unlocked,
                 /* A probe goes alone; so does a claim while something is paused (its form skips
                  * rows, so nothing can follow it) or after it. */
                 .serial = r->breaker.state != BREAKER_CLOSED ||

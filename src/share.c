@@ -72,7 +72,10 @@ bool share_update(struct share *s, const int *slots, size_t n, const int *own, s
 struct share_claim share_claim(const struct share *s, unsigned p, int limit) {
         unsigned members = s->members ? s->members : 1;
         bool alone = members <= s->own || members <= 1;
-        unsigned batches = alone ? 1 : members + 1;
+        /* Sharing, every relay has one batch in flight at most (overlap.c): the others' open
+         * batches are at most relays - 1, and one more is ours to take. */
+        unsigned relays = s->relays ? s->relays : members;
+        unsigned batches = alone ? 1 : relays + 1;
         unsigned rank = p < SHARE_PIPELINES_MAX ? s->rank[p] : 0;
 
         if (batches > SHARE_DEPTH_MAX)

@@ -76,30 +76,37 @@ struct claim_case {
         const char *name;
         unsigned members, own, rank;
         int limit;
+        unsigned relays; /* 0: not counted */
         unsigned first;
         int depth;
         bool alone;
 };
 
 static const struct claim_case claims[] = {
-        { "alone: no bucket, one batch deep", 1, 1, 0, 500, 0, 500, true },
-        { "alone with two pipelines of ours: still alone (they chain)", 2, 2, 1, 500, 128, 500, true },
-        { "first of two", 2, 1, 0, 500, 0, 1500, false },
-        { "second of two: half way round", 2, 1, 1, 500, 128, 1500, false },
-        { "third of three", 3, 1, 2, 1000, 170, 4000, false },
-        { "second of three", 3, 1, 1, 1000, 85, 4000, false },
-        { "two of ours and two others: four members, five batches deep", 4, 2, 3, 100, 192, 500, false },
-        { "seven pipelines: depth capped", 7, 1, 6, 100, 219, SHARE_DEPTH_MAX * 100, false },
-        { "a rank past the count (stale view) wraps", 2, 1, 5, 10, 128, 30, false },
-        { "a probe of 5 rows", 2, 1, 0, 5, 0, 15, false },
-        { "no members counted is one", 0, 1, 0, 50, 0, 50, true },
+        { "alone: no bucket, one batch deep", 1, 1, 0, 500, 0, 0, 500, true },
+        { "alone with two pipelines of ours: still alone (they chain)", 2, 2, 1, 500, 0, 128, 500, true },
+        { "first of two", 2, 1, 0, 500, 0, 0, 1500, false },
+        { "second of two: half way round", 2, 1, 1, 500, 0, 128, 1500, false },
+        { "third of three", 3, 1, 2, 1000, 0, 170, 4000, false },
+        { "second of three", 3, 1, 1, 1000, 0, 85, 4000, false },
+        { "two of ours and two others: four members, five batches deep", 4, 2, 3, 100, 0, 192, 500, false },
+        { "seven pipelines: depth capped", 7, 1, 6, 100, 0, 219, SHARE_DEPTH_MAX * 100, false },
+        { "a rank past the count (stale view) wraps", 2, 1, 5, 10, 0, 128, 30, false },
+        { "a probe of 5 rows", 2, 1, 0, 5, 0, 0, 15, false },
+        { "no members counted is one", 0, 1, 0, 50, 0, 0, 50, true },
+        { "three relays of two pipelines: four batches deep (one batch each in flight)", 6, 2, 2, 2000, 3, 85,
+          8000, false },
+        { "two relays of two pipelines: three batches deep", 4, 2, 2, 100, 2, 128, 300, false },
+        { "nine relays: depth capped", 9, 1, 0, 100, 9, 0, SHARE_DEPTH_MAX * 100, false },
 };
 
 static void claim_table(void **state) {
         (void)state;
         for (size_t i = 0; i < ELEMENTSOF(claims); i++) {
                 const struct claim_case *c = &claims[i];
-                struct share s = { .members = c->members, .own = c->own, .rank = { c->rank } };
+                struct share s = {
+                        .members = c->members, .relays = c->relays, .own = c->own, .rank = { c->rank }
+                };
                 struct share_claim sc = share_claim(&s, 0, c->limit);
 
                 print_message("# %s\n", c->name);
