@@ -637,7 +637,8 @@ static void look_at_members(struct relay *r, usec_t now) {
                 log_event(LOG_NOTICE, LOG_EV_SHARING, NULL,
                           "%u relay(s) share table '%s' with %u pipelines, %u of them this relay's; %s",
                           r->share.relays, r->cfg->postgres.table, r->share.members, r->share.own,
-                          sharing(r) ? "claims take key buckets" : "alone: claims follow each other");
+                          sharing(r) ? "claims take key buckets, one batch in flight at a time"
+                                     : "alone: claims follow each other");
         }
 }
 
