@@ -9,7 +9,9 @@
 # bench/run.sh), the relays start together, and the drain rate is rows / seconds from the start
 # until the table is empty. Every case's topic must then hold every row (a count, not an order
 # check: tests/integration/test_sharing.c checks order under faults). Prints a markdown table
-# with the ratios the targets speak of, and writes it to bench/results-scaleout.md.
+# with the ratios the targets speak of, and writes it to bench/results-scaleout.md. With each rate
+# goes the machine's CPU per row over the drain (every process on it: the relays, PostgreSQL,
+# Kafka): on this 2-core machine the cases are bound by CPU, and the ordered claim's cost shows there.
 #
 # Environment: BENCH_ROWS [1000000], BENCH_WARMUP_ROWS [200000] (one unmeasured drain per mode
 # first), BENCH_BATCH [the relay's default], BENCH_BUILD [build/bench],
@@ -35,9 +37,13 @@ NAME=scaleout
 bench_build
 bench_testbed
 
-# One drain: keys, ordering, relays [, topic prefix] -> prints the rate (rows/s).
+# CPU time of the whole machine so far, in clock ticks (user, nice, system, irq, softirq).
+busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+
+# One drain: keys, ordering, relays [, topic prefix] -> prints the rate (rows/s) and the machine's
+# CPU µs per row over the drain.
 drain() {
-        local keys=$1 ordering=$2 n=$3 topic t0 t1 got conf batch_line=""
+        local keys=$1 ordering=$2 n=$3 topic t0 t1 got conf batch_line="" c0 c1
         topic="${4:-scaleout}-$keys-$ordering-$n"
         "$UTIL" create-topic --topic "$topic" --partitions 3 >&2 || die "creating topic '$topic' failed"
         fill "$ROWS" "$keys" "$topic"
@@ -50,6 +56,7 @@ relay = { $batch_line poll_interval = "1s"; ordering = "$ordering"; status_inter
 log = { level = "notice"; };
 http = { listen = "127.0.0.1:0"; };
 CONF
+        c0=$(busy_ticks)
         t0=$EPOCHREALTIME
         for i in $(seq "$n"); do
                 "$RELAY" -c "$conf" 2>>"$TB/relay-$topic-$i.log" &
@@ -57,12 +64,13 @@ CONF
         done
         "$UTIL" wait-drain --pid "${PIDS[0]}" --timeout "$DRAIN_TIMEOUT" --interval-ms 100 >"$TB/drain-$topic.out" ||
                 die "$topic: the relays did not drain the outbox (logs in $TB)"
+        c1=$(busy_ticks)
         t1=$(awk -F= '$1 == "drained_at_us" { printf "%.6f", $2 / 1e6 }' "$TB/drain-$topic.out")
         stop_relays
         got=$("$UTIL" watermarks --topic "$topic")
         [ "$got" -ge "$ROWS" ] || die "$topic: $got messages in Kafka, expected at least $ROWS"
         say "$topic: $ROWS rows in $(calc "$t1 - $t0")s; $got messages in Kafka"
-        calc "$ROWS / ($t1 - $t0)"
+        echo "$(calc "$ROWS / ($t1 - $t0)") $(calc "($c1 - $c0) * 1e6 / $(getconf CLK_TCK) / $ROWS")"
 }
 
 # Warm-up, not measured: on a fresh test bed the first case ran about a third slower than the
@@ -71,7 +79,7 @@ CONF
 MEASURED_ROWS=$ROWS
 ROWS=$WARMUP_ROWS
 for ordering in key none; do
-        r=$(drain 10000 "$ordering" 1 warmup)
+        read -r r _ <<<"$(drain 10000 "$ordering" 1 warmup)"
         say "warm-up, ordering \"$ordering\": $(printf '%.0f' "$r") rows/s (not measured)"
 done
 ROWS=$MEASURED_ROWS
@@ -80,36 +88,38 @@ ROWS=$MEASURED_ROWS
 # machine over the run (caches, the broker's JIT, autovacuum) weighs on both sides of a ratio
 # alike; with BENCH_REPEAT > 1 every pair runs that many times, which goes first alternating,
 # and each case reports its median.
-declare -A RATE
+declare -A RATE CPU
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 for keys in $KEYS; do
         for n in $RELAYS; do
-                declare -A RUNS=()
+                declare -A RUNS=() CPUS=()
                 for rep in $(seq "$REPEAT"); do
                         # odd runs ordered first, even runs "none" first
                         for ordering in $([ $((rep % 2)) = 1 ] && echo key none || echo none key); do
-                                r=$(drain "$keys" "$ordering" "$n" "scaleout$([ "$REPEAT" -gt 1 ] && echo "-r$rep")")
+                                read -r r c <<<"$(drain "$keys" "$ordering" "$n" "scaleout$([ "$REPEAT" -gt 1 ] && echo "-r$rep")")"
                                 RUNS[$ordering]="${RUNS[$ordering]:-} $r"
-                                say "keys $keys, ordering \"$ordering\", $n relay(s): $(printf '%.0f' "$r") rows/s"
+                                CPUS[$ordering]="${CPUS[$ordering]:-} $c"
+                                say "keys $keys, ordering \"$ordering\", $n relay(s): $(printf '%.0f' "$r") rows/s, machine CPU $(printf '%.2f' "$c") µs per row"
                         done
                 done
                 for ordering in key none; do
                         RATE[$keys-$ordering-$n]=$(echo ${RUNS[$ordering]} | median)
+                        CPU[$keys-$ordering-$n]=$(echo ${CPUS[$ordering]} | median)
                 done
-                unset RUNS
+                unset RUNS CPUS
         done
 done
 
 {
         echo "### Several relays on one table ($(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/scaleout.sh\`, $ROWS rows per case$([ "$REPEAT" -gt 1 ] && echo ", median of $REPEAT runs each, in pairs"))"
         echo
-        echo "| keys | relays | ordered (\"key\") rows/s | \"none\" rows/s | ordered ÷ none | ordered ÷ 1 relay ordered |"
-        echo "|---|---|---|---|---|---|"
+        echo "| keys | relays | ordered (\"key\") rows/s | \"none\" rows/s | ordered ÷ none | ordered ÷ 1 relay ordered | machine CPU µs/row, ordered / \"none\" |"
+        echo "|---|---|---|---|---|---|---|"
         for keys in $KEYS; do
                 for n in $RELAYS; do
                         o=${RATE[$keys-key-$n]} u=${RATE[$keys-none-$n]} o1=${RATE[$keys-key-${RELAYS%% *}]}
-                        printf '| %s | %s | %.0f | %.0f | %.3f | %.3f |\n' "$keys" "$n" "$o" "$u" \
-                                "$(calc "$o / $u")" "$(calc "$o / $o1")"
+                        printf '| %s | %s | %.0f | %.0f | %.3f | %.3f | %.2f / %.2f |\n' "$keys" "$n" "$o" "$u" \
+                                "$(calc "$o / $u")" "$(calc "$o / $o1")" "${CPU[$keys-key-$n]}" "${CPU[$keys-none-$n]}"
                 done
         done
         echo
