@@ -37,7 +37,9 @@ NAME=scaleout
 bench_build
 bench_testbed
 
-# CPU time of the whole machine so far, in clock ticks (user, nice, system, irq, softirq).
+# CPU time of the whole machine so far, in clock ticks (user, nice, system, irq, softirq). Not
+# steal, which bench/run.sh's machine_ticks counts as busy: time the hypervisor kept is no work of
+# the relays, PostgreSQL or Kafka, and this figure is divided by the rows.
 busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 
 # One drain: keys, ordering, relays [, topic prefix] -> prints the rate (rows/s) and the machine's
