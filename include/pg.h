@@ -146,6 +146,7 @@ struct pg_order {
         bool alone; /* no other relay's pipeline on the table: rows in id order, no buckets */
         int64_t start; /* the first id to claim (a chain, overlap.h); 0: from pg->claim_floor */
         usec_t lock_wait; /* the longest a lock is waited for (0: statement_timeout); then -EAGAIN */
+        unsigned buckets; /* sharing: how many buckets to take at most (0: every free one) */
 };
 
 /* BEGIN and claim up to `limit` rows in id order, one round trip, leaving out what `skip`

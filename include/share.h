@@ -31,14 +31,15 @@ struct share {
         unsigned own; /* this relay's pipelines */
         unsigned rank[SHARE_PIPELINES_MAX]; /* each of ours: its place among all: 0 .. members - 1 */
         unsigned empty; /* claims in a row that came back empty while others share the table */
+        unsigned turn; /* claims made (share_take): each starts its buckets further round */
 };
 
 /* The next claim: the bucket it tries first (the others follow round from it, each tried once,
- * until the buckets it got cover a batch of the rows it looked at), and how many pending rows
- * it looks at. */
+ * until it got `buckets` of them), and how many pending rows it looks at. */
 struct share_claim {
         unsigned first;
         int depth;
+        unsigned buckets; /* how many buckets the claim takes at most (1 .. SHARE_BUCKETS) */
         bool alone; /* no other relay's pipeline in view: the claim takes no bucket (pg.c) */
 };
 
@@ -52,15 +53,22 @@ void share_init(struct share *s);
  * Returns true when the counts or a rank changed. */
 bool share_update(struct share *s, const int *slots, size_t n, const int *own, size_t n_own, unsigned relays);
 
-/* Where pipeline p's next claim of up to `limit` rows starts and how deep it looks. The
- * pipelines start evenly spread over the buckets, so they seldom try the same ones. With others
- * on the table it looks (relays + 1) batches deep (the first rows in view may be the other
- * relays' open batches, one each while they share (overlap.h), and their buckets' later rows
- * too; members + 1 when no relay is counted), at most SHARE_DEPTH_MAX; alone (no
- * pipeline but ours) it takes no bucket at all and looks one batch deep: our own pipelines chain
- * their claims instead (overlap.h), and a stale view costs a wait for the others' rows, never
- * order (pg.c). */
+/* Where pipeline p's next claim of up to `limit` rows starts, how many buckets it takes and how
+ * deep it looks. Sharing with R relays (members when no relay is counted), a claim takes a
+ * (R + 1)th of the buckets, so about a (R + 1)th of the rows when keys are many: with every
+ * relay's open batch holding its own share, a share is always left free for whichever relay
+ * claims next, and no relay waits for a slower one to let go of a fixed part. The pipelines
+ * start evenly spread over the buckets, and each claim (share_take) starts a share further
+ * round, so every bucket comes up in turn whatever the others do. The claim looks (R + 2)
+ * batches deep, at most SHARE_DEPTH_MAX: the first rows in view may be the other relays' open
+ * batches (one each while they share, overlap.h), and a share holds about a (R + 1)th of the
+ * rest. Alone (no pipeline but ours) it takes no bucket at all and looks one batch deep: our
+ * own pipelines chain their claims instead (overlap.h), and a stale view costs a wait for the
+ * others' rows, never order (pg.c). */
 struct share_claim share_claim(const struct share *s, unsigned p, int limit);
+
+/* share_claim() for the claim about to be made: the next one starts further round. */
+struct share_claim share_take(struct share *s, unsigned p, int limit);
 
 /* After a claim that returned `got` of up to `limit` rows, having looked at `in_view` pending
  * rows: how long until the next claim, 0 for at once. A full batch: at once. A short batch that

@@ -278,17 +278,21 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
  * bucket of a row with a key is a hash of (topic, key) that every relay computes alike, in the
  * server; a row without a key carries no order and takes the bucket of its id.
  *
- * The locks are taken before any row, each bucket once: first the head (the first `depth`
- * pending rows; never the whole backlog), then the head's buckets one by one, starting at this
- * relay's first bucket and going round, each tried once, until the buckets we got hold a batch
- * of the head's rows; then those buckets' rows of the head, in id order. A lock tried row by
- * row in the walk's filter is not enough: the holder can commit in the middle of the walk, so
- * the bucket is refused at a key's earlier rows and granted at a later one, which then goes
- * first (seen with three relays). Tried once, a bucket refused gives none of its rows. Stopping
- * once a batch is covered leaves the other buckets to the other relays: with 50 hot keys one
- * batch holds rows of every key, and taking every bucket it touches would leave the others
- * nothing (docs/ordering.md). The relays start at different buckets, so they seldom try the
- * same ones.
+ * The locks are taken before any row, each bucket once: the claim tries the buckets one by one,
+ * starting at the bucket share.c gives and going round, each tried once, until it got as many
+ * as share.c says (a share of them, or every free one when the pending rows in view fit in one
+ * batch); then one walk in id order over the first `depth` pending rows takes the rows of the
+ * buckets it got (a 256-bit mask, one bit test per row). A lock tried row by row in the walk's
+ * filter is not enough: the holder can commit in the middle of the walk, so the bucket is
+ * refused at a key's earlier rows and granted at a later one, which then goes first (seen with
+ * three relays). Tried once, a bucket refused gives none of its rows. Taking a share leaves the
+ * other buckets to the other relays: with 50 hot keys one batch holds rows of every key, and
+ * taking every bucket it touches would leave the others nothing (docs/ordering.md).
+ *
+ * The statement's snapshot is older than the locks: rows that the bucket's last holder finished
+ * after it are still pending in it. FOR UPDATE (READ COMMITTED) finds the newer version, checks
+ * the row again and leaves it out when it was marked or deleted. `depth` bounds the walk: a share
+ * whose buckets hold no pending row never reads the whole backlog.
  *
  * Since every row comes with its bucket's lock, no other relay can hold a row lock on it, and
  * the rows are locked with a plain FOR UPDATE, not SKIP LOCKED: a row locked by something else
@@ -320,15 +324,26 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
         "  ORDER BY h.id LIMIT $1))"                                                            \
         "   AND o.published_at IS NULL AND o.dead_at IS NULL"                                   \
         " ORDER BY o.id LIMIT $1 FOR UPDATE"
-/* Nothing paused: the head is the first `depth` pending rows in id order, with their buckets. */
-#define ORDERED_HEAD(depth, floor)                                                 \
-        " head(id, b) AS MATERIALIZED ("                                           \
-        "  SELECT o.id, " BUCKET_EXPR " FROM {table} o"                            \
-        "   WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= " floor \
-        " ORDER BY o.id LIMIT " depth "::int8),"
-/* Nothing paused: $2 first bucket, $3 depth, $4 lock class, $5 floor. */
+/* Nothing paused: $2 first bucket, $3 depth, $4 lock class, $5 floor, $6 buckets to take. The
+ * head is the first $3 pending rows, counted from the index alone: how many there are (the rows
+ * in view, share_next_wait) and the last one's id (the walk's end). The buckets: a bit mask of
+ * those the claim got, tried from $2 round until it got $6 of them, every one when the rows in
+ * view fit in a batch. */
 static const char claim_ordered_tmpl[] =
-        "WITH RECURSIVE" ORDERED_HEAD("$3", "$5::int8") ORDERED_PICK("$2::int4", "$4::int4") ORDERED_ROWS;
+        "WITH head(n, last) AS MATERIALIZED ("
+        "  SELECT count(*), max(h.id) FROM (SELECT o.id FROM {table} o"
+        "   WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $5::int8"
+        "   ORDER BY o.id LIMIT $3::int8) h),"
+        " mine(m) AS MATERIALIZED ("
+        "  SELECT bit_or(set_bit(0::bit(256), t.b, 1)) FROM"
+        "   (SELECT (($2::int4 + g) & 255) FROM generate_series(0, 255) g"
+        "     WHERE pg_try_advisory_xact_lock($4::int4, ($2::int4 + g) & 255)"
+        "     LIMIT CASE WHEN (SELECT n FROM head) <= $1::int8 THEN 256 ELSE $6::int4 END) t(b))"
+        " {columns}, (SELECT n FROM head)::int8 FROM {table} o"
+        " WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $5::int8"
+        "   AND o.id <= (SELECT last FROM head)"
+        "   AND get_bit((SELECT m FROM mine), " BUCKET_EXPR ") = 1"
+        " ORDER BY o.id LIMIT $1 FOR UPDATE";
 /* Nothing paused, and no other relay's pipeline on the table (or ordering = "single", the one
  * publisher): the first $1 pending rows in id order from $2, as the unordered claim takes them but
  * waiting for a row something else holds rather than skipping it (see above), and no lock beside
@@ -1280,10 +1295,11 @@ int pg_claim_start(struct pg *pg, int limit, const struct pg_skip *skip, const s
                    struct pg_batch *b, usec_t deadline, char *err, size_t errsz) {
         char lim[16], depth[16], first[16], cls[16], floor[24];
         _cleanup_free_ char *topics = NULL, *key_topics = NULL, *keys = NULL;
+        char buckets[16];
         const char *params[8] = { lim };
         const char *sql, *stmt;
         bool ordered = pg->cfg->relay.ordering == ORDERING_KEY;
-        struct pg_order all = { 0, limit, false, 0, 0 };
+        struct pg_order all = { 0, limit, false, 0, 0, 0 };
         int nparams = 1;
         int r;
 
@@ -1315,13 +1331,17 @@ int pg_claim_start(struct pg *pg, int limit, const struct pg_skip *skip, const s
                 /* the same two parameters, rows in id order without skipping any */
                 stmt = stmt_claim_alone;
         } else if (ordered) {
-                /* $2 first bucket, $3 depth, $4 lock class, $5 floor */
+                /* $2 first bucket, $3 depth, $4 lock class, $5 floor, $6 buckets to take */
                 snprintf(depth, sizeof(depth), "%d", order->depth > limit ? order->depth : limit);
+                snprintf(buckets, sizeof(buckets), "%u",
+                         order->buckets > 0 && order->buckets < SHARE_BUCKETS ? order->buckets
+                                                                              : SHARE_BUCKETS);
                 params[1] = first;
                 params[2] = depth;
                 params[3] = cls;
                 params[4] = floor;
-                nparams = 5;
+                params[5] = buckets;
+                nparams = 6;
         }
         if (skip && (skip->n_topics || skip->n_keys)) {
                 if (any_null(skip->topics, skip->n_topics) || any_null(skip->key_topics, skip->n_keys) ||

@@ -10,7 +10,9 @@ void share_init(struct share *s) {
 
 bool share_update(struct share *s, const int *slots, size_t n, const int *own, size_t n_own,
                   unsigned relays) {
-        struct share next = { .relays = relays ? relays : 1, .own = (unsigned)n_own, .empty = s->empty };
+        struct share next = {
+                .relays = relays ? relays : 1, .own = (unsigned)n_own, .empty = s->empty, .turn = s->turn
+        };
         unsigned without = 0; /* our pipelines without a slot */
 
         if (n_own > SHARE_PIPELINES_MAX)
@@ -72,19 +74,28 @@ bool share_update(struct share *s, const int *slots, size_t n, const int *own, s
 struct share_claim share_claim(const struct share *s, unsigned p, int limit) {
         unsigned members = s->members ? s->members : 1;
         bool alone = members <= s->own || members <= 1;
-        /* Sharing, every relay has one batch in flight at most (overlap.c): the others' open
-         * batches are at most relays - 1, and one more is ours to take. */
+        /* Sharing, every relay has one batch in flight at most (overlap.c). */
         unsigned relays = s->relays ? s->relays : members;
-        unsigned batches = alone ? 1 : relays + 1;
+        unsigned batches = alone ? 1 : relays + 2;
+        unsigned buckets = alone ? SHARE_BUCKETS : (SHARE_BUCKETS + relays) / (relays + 1);
         unsigned rank = p < SHARE_PIPELINES_MAX ? s->rank[p] : 0;
+        unsigned long base = (unsigned long)(rank % members) * SHARE_BUCKETS / members;
 
         if (batches > SHARE_DEPTH_MAX)
                 batches = SHARE_DEPTH_MAX;
         return (struct share_claim){
-                .first = (unsigned)((unsigned long)(rank % members) * SHARE_BUCKETS / members),
+                .first = (unsigned)((base + (unsigned long)(alone ? 0 : s->turn) * buckets) % SHARE_BUCKETS),
                 .depth = limit > 0 ? (int)batches * limit : 1,
+                .buckets = buckets,
                 .alone = alone,
         };
+}
+
+struct share_claim share_take(struct share *s, unsigned p, int limit) {
+        struct share_claim c = share_claim(s, p, limit);
+
+        s->turn = (s->turn + 1) % SHARE_BUCKETS;
+        return c;
 }
 
 usec_t share_next_wait(struct share *s, size_t got, size_t in_view, int limit, usec_t poll_interval) {

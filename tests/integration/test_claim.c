@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "pg.h"
+#include "share.h"
 #include "support.h"
 
 #define BIG 200000 /* paused backlog that must not be read */
@@ -373,8 +374,11 @@ static void alone_and_shared_keep_order(void **state) {
         _cleanup_free_ char *t = ts_topic("tc-alone");
         struct relay_config kcfg;
         struct pg a, b;
-        const struct pg_order alone = { 0, LIMIT, true, 0, 0 }, shared = { 0, 3 * LIMIT, false, 0, 0 },
-                              shared2 = { 128, 3 * LIMIT, false, 0, 0 };
+        /* A sharing claim takes a share of the buckets, from the first round: here the bucket of
+         * k0 alone, and then every other one (their values are set below). */
+        const struct pg_order alone = { 0, LIMIT, true, 0, 0, 0 };
+        struct pg_order shared = { 0, 3 * LIMIT, false, 0, 0, 1 },
+                        shared2 = { 0, 3 * LIMIT, false, 0, 0, 255 };
         const struct {
                 const struct pg_order *first, *second;
                 bool waits, commit;
@@ -396,6 +400,9 @@ static void alone_and_shared_keep_order(void **state) {
         if (pg_connect(&a, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0 ||
             pg_connect(&b, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0)
                 fail_msg("pg_connect: %s", err);
+        shared.first = (unsigned)ts_pg_int(
+                admin, "SELECT (hashtextextended('%s' || E'\\x1f' || 'k0', 0) & 255)::int4", t);
+        shared2.first = (shared.first + 1) % SHARE_BUCKETS;
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
                 struct pg_batch held;
                 struct claim_job job = { .pg = &b, .order = cases[i].second };

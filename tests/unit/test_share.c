@@ -79,25 +79,28 @@ struct claim_case {
         unsigned relays; /* 0: not counted */
         unsigned first;
         int depth;
+        unsigned buckets;
         bool alone;
 };
 
 static const struct claim_case claims[] = {
-        { "alone: no bucket, one batch deep", 1, 1, 0, 500, 0, 0, 500, true },
-        { "alone with two pipelines of ours: still alone (they chain)", 2, 2, 1, 500, 0, 128, 500, true },
-        { "first of two", 2, 1, 0, 500, 0, 0, 1500, false },
-        { "second of two: half way round", 2, 1, 1, 500, 0, 128, 1500, false },
-        { "third of three", 3, 1, 2, 1000, 0, 170, 4000, false },
-        { "second of three", 3, 1, 1, 1000, 0, 85, 4000, false },
-        { "two of ours and two others: four members, five batches deep", 4, 2, 3, 100, 0, 192, 500, false },
-        { "seven pipelines: depth capped", 7, 1, 6, 100, 0, 219, SHARE_DEPTH_MAX * 100, false },
-        { "a rank past the count (stale view) wraps", 2, 1, 5, 10, 0, 128, 30, false },
-        { "a probe of 5 rows", 2, 1, 0, 5, 0, 0, 15, false },
-        { "no members counted is one", 0, 1, 0, 50, 0, 0, 50, true },
-        { "three relays of two pipelines: four batches deep (one batch each in flight)", 6, 2, 2, 2000, 3, 85,
-          8000, false },
-        { "two relays of two pipelines: three batches deep", 4, 2, 2, 100, 2, 128, 300, false },
-        { "nine relays: depth capped", 9, 1, 0, 100, 9, 0, SHARE_DEPTH_MAX * 100, false },
+        { "alone: no bucket, one batch deep", 1, 1, 0, 500, 0, 0, 500, 256, true },
+        { "alone with two pipelines of ours: still alone (they chain)", 2, 2, 1, 500, 0, 128, 500, 256,
+          true },
+        { "first of two: a third of the buckets, four batches deep", 2, 1, 0, 500, 0, 0, 2000, 86, false },
+        { "second of two: half way round", 2, 1, 1, 500, 0, 128, 2000, 86, false },
+        { "third of three: a quarter of the buckets", 3, 1, 2, 1000, 0, 170, 5000, 64, false },
+        { "second of three", 3, 1, 1, 1000, 0, 85, 5000, 64, false },
+        { "two of ours and two others: four members, six batches deep", 4, 2, 3, 100, 0, 192, 600, 52,
+          false },
+        { "seven pipelines: depth capped", 7, 1, 6, 100, 0, 219, SHARE_DEPTH_MAX * 100, 32, false },
+        { "a rank past the count (stale view) wraps", 2, 1, 5, 10, 0, 128, 40, 86, false },
+        { "a probe of 5 rows", 2, 1, 0, 5, 0, 0, 20, 86, false },
+        { "no members counted is one", 0, 1, 0, 50, 0, 0, 50, 256, true },
+        { "three relays of two pipelines: five batches deep (one batch each in flight)", 6, 2, 2, 2000, 3, 85,
+          10000, 64, false },
+        { "two relays of two pipelines: four batches deep", 4, 2, 2, 100, 2, 128, 400, 86, false },
+        { "nine relays: depth capped", 9, 1, 0, 100, 9, 0, SHARE_DEPTH_MAX * 100, 26, false },
 };
 
 static void claim_table(void **state) {
@@ -112,6 +115,7 @@ static void claim_table(void **state) {
                 print_message("# %s\n", c->name);
                 assert_int_equal(sc.first, c->first);
                 assert_int_equal(sc.depth, c->depth);
+                assert_int_equal(sc.buckets, c->buckets);
                 assert_int_equal(sc.alone, c->alone);
                 assert_true(sc.first < SHARE_BUCKETS);
         }
@@ -136,6 +140,61 @@ static void starts_are_spread(void **state) {
                         }
                         prev = first;
                 }
+        }
+}
+
+/* Each claim starts a share further round (share_take), so a relay's shares come round to every
+ * bucket within a few claims, whatever its rank, and no bucket is left to a relay that stopped
+ * claiming; the turn survives a new view. Alone, the start does not move (no buckets). */
+static void turns_come_round_to_every_bucket(void **state) {
+        (void)state;
+        for (unsigned relays = 2; relays <= 9; relays++) {
+                for (unsigned rank = 0; rank < relays; rank++) {
+                        struct share s = { .members = relays, .relays = relays, .own = 1, .rank = { rank } };
+                        bool seen[SHARE_BUCKETS] = { false };
+                        unsigned turns = 0, covered = 0;
+                        struct share_claim prev = share_claim(&s, 0, 100);
+
+                        while (covered < SHARE_BUCKETS) {
+                                struct share_claim c = share_take(&s, 0, 100);
+
+                                assert_int_equal(c.first,
+                                                 (prev.first + (turns ? c.buckets : 0)) % SHARE_BUCKETS);
+                                for (unsigned b = 0; b < c.buckets; b++) {
+                                        unsigned k = (c.first + b) % SHARE_BUCKETS;
+
+                                        covered += !seen[k];
+                                        seen[k] = true;
+                                }
+                                prev = c;
+                                turns++;
+                                assert_true(turns <= relays + 2);
+                        }
+                }
+        }
+        {
+                const int slots[] = { 1, 2 }, own[] = { 1 };
+                struct share s;
+                unsigned first;
+
+                share_init(&s);
+                assert_true(share_update(&s, slots, 2, own, 1, 2));
+                (void)share_take(&s, 0, 100);
+                first = share_claim(&s, 0, 100).first;
+                assert_int_equal(first, 86);
+                assert_true(share_update(&s, slots, 2, own, 1, 3)); /* a third relay: turn kept */
+                assert_int_equal(share_claim(&s, 0, 100).first, 64);
+                /* The turn wraps where the starts do. */
+                for (unsigned i = 0; i < 1000; i++)
+                        (void)share_take(&s, 0, 100);
+                assert_true(share_claim(&s, 0, 100).first < SHARE_BUCKETS);
+        }
+        {
+                struct share s;
+
+                share_init(&s);
+                for (unsigned i = 0; i < 5; i++)
+                        assert_int_equal(share_take(&s, 0, 100).first, 0);
         }
 }
 
@@ -231,9 +290,13 @@ static void wait_is_capped(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(update_table), cmocka_unit_test(update_says_when_the_view_changed),
-                cmocka_unit_test(claim_table),  cmocka_unit_test(starts_are_spread),
-                cmocka_unit_test(wait_table),   cmocka_unit_test(wait_is_capped),
+                cmocka_unit_test(update_table),
+                cmocka_unit_test(update_says_when_the_view_changed),
+                cmocka_unit_test(claim_table),
+                cmocka_unit_test(starts_are_spread),
+                cmocka_unit_test(turns_come_round_to_every_bucket),
+                cmocka_unit_test(wait_table),
+                cmocka_unit_test(wait_is_capped),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
