@@ -280,7 +280,7 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
  *
  * The locks are taken before any row, each bucket once: the claim tries the buckets one by one,
  * starting at the bucket share.c gives and going round, each tried once, until it got as many
- * as share.c says (a share of them, or every free one when the pending rows in view fit in one
+ * as share.c says (a share of them, or every one with rows in view when those fit in one
  * batch); then one walk in id order over the first `depth` pending rows takes the rows of the
  * buckets it got (a 256-bit mask, one bit test per row). A lock tried row by row in the walk's
  * filter is not enough: the holder can commit in the middle of the walk, so the bucket is
@@ -325,19 +325,28 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
         "   AND o.published_at IS NULL AND o.dead_at IS NULL"                                   \
         " ORDER BY o.id LIMIT $1 FOR UPDATE"
 /* Nothing paused: $2 first bucket, $3 depth, $4 lock class, $5 floor, $6 buckets to take. The
- * head is the first $3 pending rows, counted from the index alone: how many there are (the rows
- * in view, share_next_wait) and the last one's id (the walk's end). The buckets: a bit mask of
- * those the claim got, tried from $2 round until it got $6 of them, every one when the rows in
- * view fit in a batch. */
+ * head is the first $3 pending rows, counted from the index: how many there are (the rows in
+ * view, share_next_wait) and the last one's id (the walk's end). The buckets: a bit mask of
+ * those the claim got, tried from $2 round until it got $6 of them. When the rows in view fit
+ * in one batch (a nearly drained table, a trickle) it tries every bucket those rows are in, and
+ * no other: a bucket without a row in view stays free for the others, and a relay frozen in the
+ * middle of its batch holds up only keys it had rows of. */
 static const char claim_ordered_tmpl[] =
         "WITH head(n, last) AS MATERIALIZED ("
         "  SELECT count(*), max(h.id) FROM (SELECT o.id FROM {table} o"
         "   WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $5::int8"
         "   ORDER BY o.id LIMIT $3::int8) h),"
+        " want(w) AS MATERIALIZED ("
+        "  SELECT CASE WHEN (SELECT n FROM head) <= $1::int8 THEN"
+        "   (SELECT bit_or(set_bit(0::bit(256), " BUCKET_EXPR ", 1)) FROM {table} o"
+        "     WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $5::int8"
+        "       AND o.id <= (SELECT last FROM head))"
+        "   ELSE ~0::bit(256) END),"
         " mine(m) AS MATERIALIZED ("
         "  SELECT bit_or(set_bit(0::bit(256), t.b, 1)) FROM"
         "   (SELECT (($2::int4 + g) & 255) FROM generate_series(0, 255) g"
-        "     WHERE pg_try_advisory_xact_lock($4::int4, ($2::int4 + g) & 255)"
+        "     WHERE CASE WHEN get_bit((SELECT w FROM want), ($2::int4 + g) & 255) = 1"
+        "      THEN pg_try_advisory_xact_lock($4::int4, ($2::int4 + g) & 255) ELSE false END"
         "     LIMIT CASE WHEN (SELECT n FROM head) <= $1::int8 THEN 256 ELSE $6::int4 END) t(b))"
         " {columns}, (SELECT n FROM head)::int8 FROM {table} o"
         " WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $5::int8"

@@ -375,10 +375,11 @@ static void alone_and_shared_keep_order(void **state) {
         struct relay_config kcfg;
         struct pg a, b;
         /* A sharing claim takes a share of the buckets, from the first round: here the bucket of
-         * k0 alone, and then every other one (their values are set below). */
+         * k0 alone; the second tries every bucket from that one round, and is refused k0's
+         * (their first buckets are set below). */
         const struct pg_order alone = { 0, LIMIT, true, 0, 0, 0 };
-        struct pg_order shared = { 0, 3 * LIMIT, false, 0, 0, 1 },
-                        shared2 = { 0, 3 * LIMIT, false, 0, 0, 255 };
+        struct pg_order shared = { 0, 3 * LIMIT, false, 0, 0, 1 }, shared2 = { 0, 3 * LIMIT, false, 0, 0, 0 };
+        unsigned bucket_of[7];
         const struct {
                 const struct pg_order *first, *second;
                 bool waits, commit;
@@ -400,9 +401,10 @@ static void alone_and_shared_keep_order(void **state) {
         if (pg_connect(&a, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0 ||
             pg_connect(&b, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0)
                 fail_msg("pg_connect: %s", err);
-        shared.first = (unsigned)ts_pg_int(
-                admin, "SELECT (hashtextextended('%s' || E'\\x1f' || 'k0', 0) & 255)::int4", t);
-        shared2.first = (shared.first + 1) % SHARE_BUCKETS;
+        for (int k = 0; k < 7; k++)
+                bucket_of[k] = (unsigned)ts_pg_int(
+                        admin, "SELECT (hashtextextended('%s' || E'\\x1f' || 'k%d', 0) & 255)::int4", t, k);
+        shared.first = shared2.first = bucket_of[0];
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
                 struct pg_batch held;
                 struct claim_job job = { .pg = &b, .order = cases[i].second };
@@ -423,6 +425,9 @@ static void alone_and_shared_keep_order(void **state) {
                         fail_msg("pg_claim (case %zu, first): %s", i, err);
                 assert_true(held.n > 0);
                 assert_id_order(&held);
+                if (cases[i].first == &shared)
+                        for (size_t r = 0; r < held.n; r++)
+                                assert_int_equal(bucket_of[key_of(&held, r)], shared.first); /* its share */
                 for (int k = 0; k < 7; k++)
                         held_last[k] = 0;
                 for (size_t r = 0; r < held.n; r++)
@@ -489,6 +494,94 @@ static void alone_and_shared_keep_order(void **state) {
                 pg_batch_clear(&held);
                 pg_rollback(&a, now_usec() + 5 * USEC_PER_SEC);
         }
+        pg_done(&a);
+        pg_done(&b);
+        config_free(&kcfg);
+        ts_pg_exec(admin, "DELETE FROM outbox WHERE topic = '%s'", t);
+}
+
+/* Advisory locks of the bucket class that a backend holds. */
+static int64_t bucket_locks(const struct pg *p) {
+        return ts_pg_int(admin,
+                         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %d"
+                         " AND classid = ((%d)::int8 & 4294967295)::oid AND objsubid = 2",
+                         PQbackendPID(p->conn), (int)p->bucket_class);
+}
+
+/* ordering = "key", sharing: when the pending rows in view fit in one batch (a trickle, a nearly
+ * drained table), a claim takes every row in view, so one claim sends them all, but it locks
+ * only the buckets those rows are in: the others stay free for the other relays, and a relay
+ * frozen in its batch holds up no key it had no row of. A second claim meanwhile gets nothing,
+ * at once, and holds nothing; a row written after the first claim, of a key in a bucket the
+ * first did not take, goes to the second. */
+static void a_trickle_locks_only_its_buckets(void **state) {
+        _cleanup_free_ char *t = ts_topic("tc-trickle");
+        struct relay_config kcfg;
+        struct pg a, b;
+        const struct pg_order shared = { 0, 3 * LIMIT, false, 0, 0, 1 },
+                              all = { 0, 3 * LIMIT, false, 0, 0, 0 };
+        struct pg_batch held, none, later;
+        int64_t buckets;
+        int fresh = -1;
+        char err[512];
+
+        (void)state;
+        assert_int_equal(config_defaults(&kcfg), 0);
+        free(kcfg.postgres.conninfo);
+        kcfg.postgres.conninfo = strdup(ts_conninfo());
+        assert_non_null(kcfg.postgres.conninfo);
+        kcfg.relay.ordering = ORDERING_KEY;
+        assert_int_equal(pg_init(&a, &kcfg), 0);
+        assert_int_equal(pg_init(&b, &kcfg), 0);
+        if (pg_connect(&a, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0 ||
+            pg_connect(&b, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0)
+                fail_msg("pg_connect: %s", err);
+        ts_pg_exec(admin,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 7), 'x'"
+                   " FROM generate_series(1, 35) g",
+                   t);
+        buckets = ts_pg_int(admin,
+                            "SELECT count(DISTINCT hashtextextended(topic || E'\\x1f' || key, 0) & 255)"
+                            " FROM outbox WHERE topic = '%s'",
+                            t);
+        if (pg_claim(&a, LIMIT, NULL, &shared, &held, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)) < 0)
+                fail_msg("pg_claim: %s", err);
+        assert_int_equal(held.n, 35); /* every row in view, though its share was one bucket */
+        assert_id_order(&held);
+        print_message("# %lld buckets hold the 35 rows; the claim holds %lld bucket locks\n",
+                      (long long)buckets, (long long)bucket_locks(&a));
+        assert_int_equal(bucket_locks(&a), buckets);
+        {
+                usec_t t0 = now_usec();
+
+                if (pg_claim(&b, LIMIT, NULL, &all, &none, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)) <
+                    0)
+                        fail_msg("pg_claim (second): %s", err);
+                assert_int_equal(none.n, 0);
+                assert_true(now_usec() - t0 < 2 * USEC_PER_SEC);
+                assert_false(b.in_tx);
+                assert_int_equal(bucket_locks(&b), 0);
+        }
+        /* A key whose bucket the first claim does not hold. */
+        for (int k = 7; k < 1000 && fresh < 0; k++)
+                if (ts_pg_int(admin,
+                              "SELECT count(*) FROM outbox WHERE topic = '%s' AND (hashtextextended(topic"
+                              " || E'\\x1f' || key, 0) & 255) = (hashtextextended('%s' || E'\\x1f' || 'k%d', "
+                              "0) & 255)",
+                              t, t, k) == 0)
+                        fresh = k;
+        assert_true(fresh >= 0);
+        ts_pg_exec(admin, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'k%d', 'y')", t, fresh);
+        if (pg_claim(&b, LIMIT, NULL, &all, &later, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)) < 0)
+                fail_msg("pg_claim (later): %s", err);
+        assert_int_equal(later.n, 1);
+        assert_int_equal(key_of(&later, 0), fresh);
+        assert_int_equal(bucket_locks(&b), 1);
+        pg_batch_clear(&later);
+        pg_rollback(&b, now_usec() + 5 * USEC_PER_SEC);
+        pg_batch_clear(&held);
+        pg_rollback(&a, now_usec() + 5 * USEC_PER_SEC);
+        assert_int_equal(bucket_locks(&a), 0);
         pg_done(&a);
         pg_done(&b);
         config_free(&kcfg);
@@ -615,6 +708,7 @@ int main(void) {
                 cmocka_unit_test_setup(skip_locked_still_skips, connect_pg),
                 cmocka_unit_test_setup(errors_are_explained, connect_pg),
                 cmocka_unit_test_setup(alone_and_shared_keep_order, connect_pg),
+                cmocka_unit_test_setup(a_trickle_locks_only_its_buckets, connect_pg),
         };
 
         ts_env("PGPORT");
