@@ -158,8 +158,10 @@ struct pg_order {
  * then dropped); -EIO: a statement failed; -EAGAIN: a lock was not had within order->lock_wait;
  * -ENOMEM; -EPROTO: a result of the wrong shape;
  * -EINVAL: a NULL name in `skip`. With ordering = "key", `order` says where it starts taking
- * buckets and how deep it looks (NULL: from bucket 0, one batch deep); it takes buckets until
- * they cover a batch of the rows it looked at. */
+ * buckets, how many it takes and how deep it looks (NULL: from bucket 0, every free one, one
+ * batch deep); with nothing paused it takes that many free buckets (every one with rows in view
+ * when those fit in a batch), then their rows in id order; while something is paused it takes
+ * buckets until they cover a batch of the rows it looked at. */
 int pg_claim(struct pg *pg, int limit, const struct pg_skip *skip, const struct pg_order *order,
              struct pg_batch *b, usec_t deadline, char *err, size_t errsz);
 

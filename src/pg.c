@@ -301,9 +301,11 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
 #define BUCKET_EXPR                                                \
         "((CASE WHEN o.key IS NULL THEN hashint8extended(o.id, 0)" \
         " ELSE hashtextextended(o.topic || E'\\x1f' || o.key, 0) END) & 255)::int4"
-/* The head's buckets in the order this relay tries them (from bucket `first` round), with their
- * rows in the head; then one lock try per bucket, in that order, while the rows covered are
- * fewer than $1. `first` and `cls` name the parameters. */
+/* While something is paused (claim_skip_ordered_tail): the head's candidates are few and
+ * scattered, so the claim counts them per bucket instead of taking a share blind. The head's
+ * buckets in the order this relay tries them (from bucket `first` round), with their rows in the
+ * head; then one lock try per bucket, in that order, while the rows covered are fewer than $1.
+ * `first` and `cls` name the parameters. */
 #define ORDERED_PICK(first, cls)                                                                         \
         " cnt(bs, ns) AS MATERIALIZED ("                                                                 \
         "  SELECT array_agg(g.b ORDER BY (g.b - " first ") & 255), array_agg(g.n ORDER BY (g.b - " first \
