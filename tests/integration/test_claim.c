@@ -363,6 +363,22 @@ static int key_of(const struct pg_batch *b, size_t i) {
         return atoi(b->rows[i].key + 1);
 }
 
+/* Two connections of relays with ordering = "key", as two relays on the table. */
+static void connect_two(struct relay_config *kcfg, struct pg *a, struct pg *b) {
+        char err[512];
+
+        assert_int_equal(config_defaults(kcfg), 0);
+        free(kcfg->postgres.conninfo);
+        kcfg->postgres.conninfo = strdup(ts_conninfo());
+        assert_non_null(kcfg->postgres.conninfo);
+        kcfg->relay.ordering = ORDERING_KEY;
+        assert_int_equal(pg_init(a, kcfg), 0);
+        assert_int_equal(pg_init(b, kcfg), 0);
+        if (pg_connect(a, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0 ||
+            pg_connect(b, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0)
+                fail_msg("pg_connect: %s", err);
+}
+
 /* ordering = "key": a relay alone takes no bucket and no row lock but its rows'; a relay that
  * shares takes buckets. Whatever their views of the members (a stale view: one thinks it is
  * alone, the other that it shares), a claim never returns a row of a key while an earlier row of
@@ -391,16 +407,7 @@ static void alone_and_shared_keep_order(void **state) {
         char err[512];
 
         (void)state;
-        assert_int_equal(config_defaults(&kcfg), 0);
-        free(kcfg.postgres.conninfo);
-        kcfg.postgres.conninfo = strdup(ts_conninfo());
-        assert_non_null(kcfg.postgres.conninfo);
-        kcfg.relay.ordering = ORDERING_KEY;
-        assert_int_equal(pg_init(&a, &kcfg), 0);
-        assert_int_equal(pg_init(&b, &kcfg), 0);
-        if (pg_connect(&a, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0 ||
-            pg_connect(&b, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0)
-                fail_msg("pg_connect: %s", err);
+        connect_two(&kcfg, &a, &b);
         for (int k = 0; k < 7; k++)
                 bucket_of[k] = (unsigned)ts_pg_int(
                         admin, "SELECT (hashtextextended('%s' || E'\\x1f' || 'k%d', 0) & 255)::int4", t, k);
@@ -526,16 +533,7 @@ static void a_trickle_locks_only_its_buckets(void **state) {
         char err[512];
 
         (void)state;
-        assert_int_equal(config_defaults(&kcfg), 0);
-        free(kcfg.postgres.conninfo);
-        kcfg.postgres.conninfo = strdup(ts_conninfo());
-        assert_non_null(kcfg.postgres.conninfo);
-        kcfg.relay.ordering = ORDERING_KEY;
-        assert_int_equal(pg_init(&a, &kcfg), 0);
-        assert_int_equal(pg_init(&b, &kcfg), 0);
-        if (pg_connect(&a, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0 ||
-            pg_connect(&b, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0)
-                fail_msg("pg_connect: %s", err);
+        connect_two(&kcfg, &a, &b);
         ts_pg_exec(admin,
                    "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 7), 'x'"
                    " FROM generate_series(1, 35) g",
