@@ -54,14 +54,16 @@ void share_init(struct share *s);
 bool share_update(struct share *s, const int *slots, size_t n, const int *own, size_t n_own, unsigned relays);
 
 /* Where pipeline p's next claim of up to `limit` rows starts, how many buckets it takes and how
- * deep it looks. Sharing with R relays (members when no relay is counted), a claim takes a
- * (R + 1)th of the buckets, so about a (R + 1)th of the rows when keys are many: with every
- * relay's open batch holding its own share, a share is always left free for whichever relay
- * claims next, and no relay waits for a slower one to let go of a fixed part. The pipelines
+ * deep it looks. Sharing with R relays (members when no relay is counted), a claim takes an Rth
+ * of the buckets (rounded up), so about an Rth of the rows when keys are many. It takes the free
+ * buckets it meets from its start, so while the other relays' open batches hold their shares it
+ * takes what they leave, and no relay waits for a slower one to let go of a fixed part. (A
+ * (R + 1)th, which left one share free whatever the others held, made every claim read about
+ * one batch more of rows for each it took, and drained slower: docs/ordering.md.) The pipelines
  * start evenly spread over the buckets, and each claim (share_take) starts a share further
  * round, so every bucket comes up in turn whatever the others do. The claim looks (R + 2)
  * batches deep, at most SHARE_DEPTH_MAX: the first rows in view may be the other relays' open
- * batches (one each while they share, overlap.h), and a share holds about a (R + 1)th of the
+ * batches (one each while they share, overlap.h), and a share holds about an Rth of the
  * rest. Alone (no pipeline but ours) it takes no bucket at all and looks one batch deep: our
  * own pipelines chain their claims instead (overlap.h), and a stale view costs a wait for the
  * others' rows, never order (pg.c). */

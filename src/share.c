@@ -77,7 +77,8 @@ struct share_claim share_claim(const struct share *s, unsigned p, int limit) {
         /* Sharing, every relay has one batch in flight at most (overlap.c). */
         unsigned relays = s->relays ? s->relays : members;
         unsigned batches = alone ? 1 : relays + 2;
-        unsigned buckets = alone ? SHARE_BUCKETS : (SHARE_BUCKETS + relays) / (relays + 1);
+        /* An Rth of the buckets, rounded up (share.h). */
+        unsigned buckets = alone ? SHARE_BUCKETS : (SHARE_BUCKETS + relays - 1) / relays;
         unsigned rank = p < SHARE_PIPELINES_MAX ? s->rank[p] : 0;
         unsigned long base = (unsigned long)(rank % members) * SHARE_BUCKETS / members;
 

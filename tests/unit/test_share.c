@@ -87,20 +87,20 @@ static const struct claim_case claims[] = {
         { "alone: no bucket, one batch deep", 1, 1, 0, 500, 0, 0, 500, 256, true },
         { "alone with two pipelines of ours: still alone (they chain)", 2, 2, 1, 500, 0, 128, 500, 256,
           true },
-        { "first of two: a third of the buckets, four batches deep", 2, 1, 0, 500, 0, 0, 2000, 86, false },
-        { "second of two: half way round", 2, 1, 1, 500, 0, 128, 2000, 86, false },
-        { "third of three: a quarter of the buckets", 3, 1, 2, 1000, 0, 170, 5000, 64, false },
-        { "second of three", 3, 1, 1, 1000, 0, 85, 5000, 64, false },
-        { "two of ours and two others: four members, six batches deep", 4, 2, 3, 100, 0, 192, 600, 52,
+        { "first of two: half the buckets, four batches deep", 2, 1, 0, 500, 0, 0, 2000, 128, false },
+        { "second of two: half way round", 2, 1, 1, 500, 0, 128, 2000, 128, false },
+        { "third of three: a third of the buckets, rounded up", 3, 1, 2, 1000, 0, 170, 5000, 86, false },
+        { "second of three", 3, 1, 1, 1000, 0, 85, 5000, 86, false },
+        { "two of ours and two others: four members, six batches deep", 4, 2, 3, 100, 0, 192, 600, 64,
           false },
-        { "seven pipelines: depth capped", 7, 1, 6, 100, 0, 219, SHARE_DEPTH_MAX * 100, 32, false },
-        { "a rank past the count (stale view) wraps", 2, 1, 5, 10, 0, 128, 40, 86, false },
-        { "a probe of 5 rows", 2, 1, 0, 5, 0, 0, 20, 86, false },
+        { "seven pipelines: depth capped", 7, 1, 6, 100, 0, 219, SHARE_DEPTH_MAX * 100, 37, false },
+        { "a rank past the count (stale view) wraps", 2, 1, 5, 10, 0, 128, 40, 128, false },
+        { "a probe of 5 rows", 2, 1, 0, 5, 0, 0, 20, 128, false },
         { "no members counted is one", 0, 1, 0, 50, 0, 0, 50, 256, true },
         { "three relays of two pipelines: five batches deep (one batch each in flight)", 6, 2, 2, 2000, 3, 85,
-          10000, 64, false },
-        { "two relays of two pipelines: four batches deep", 4, 2, 2, 100, 2, 128, 400, 86, false },
-        { "nine relays: depth capped", 9, 1, 0, 100, 9, 0, SHARE_DEPTH_MAX * 100, 26, false },
+          10000, 86, false },
+        { "two relays of two pipelines: four batches deep", 4, 2, 2, 100, 2, 128, 400, 128, false },
+        { "nine relays: depth capped", 9, 1, 0, 100, 9, 0, SHARE_DEPTH_MAX * 100, 29, false },
 };
 
 static void claim_table(void **state) {
@@ -168,7 +168,7 @@ static void turns_come_round_to_every_bucket(void **state) {
                                 }
                                 prev = c;
                                 turns++;
-                                assert_true(turns <= relays + 1);
+                                assert_true(turns <= relays);
                         }
                 }
         }
@@ -181,16 +181,16 @@ static void turns_come_round_to_every_bucket(void **state) {
                 assert_true(share_update(&s, slots, 2, own, 1, 2));
                 (void)share_take(&s, 0, 100);
                 first = share_claim(&s, 0, 100).first;
-                assert_int_equal(first, 86);
+                assert_int_equal(first, 128);
                 assert_true(share_update(&s, slots, 2, own, 1, 3)); /* a third relay: turn kept */
-                assert_int_equal(share_claim(&s, 0, 100).first, 64);
+                assert_int_equal(share_claim(&s, 0, 100).first, 86);
                 /* The turn wraps where the starts do: 256 claims later, the same start. */
                 first = share_claim(&s, 0, 100).first;
                 for (unsigned i = 0; i < SHARE_BUCKETS; i++)
                         (void)share_take(&s, 0, 100);
                 assert_int_equal(share_claim(&s, 0, 100).first, first);
                 (void)share_take(&s, 0, 100);
-                assert_int_equal(share_claim(&s, 0, 100).first, (first + 64) % SHARE_BUCKETS);
+                assert_int_equal(share_claim(&s, 0, 100).first, (first + 86) % SHARE_BUCKETS);
         }
         {
                 struct share s;
