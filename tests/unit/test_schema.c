@@ -121,7 +121,7 @@ static void check_cases(void **state) {
                 struct schema_verdict v;
                 int r = schema_check(&f, c->mark, &v);
 
-                print_message("case: %s -> %d %s %s | %s\n", c->name, r, v.missing ? v.missing : "-",
+                print_message("# case: %s -> %d %s %s | %s\n", c->name, r, v.missing ? v.missing : "-",
                               v.missing ? v.what : "", v.notes);
                 assert_int_equal(r, c->ret);
                 if (c->missing) {
