@@ -122,6 +122,11 @@ struct metrics_process {
         uint64_t virtual_bytes;
         int64_t open_fds; /* -1 unknown */
         int64_t max_fds; /* -1 unknown */
+        /* What the C allocator has handed out and not taken back (glibc's mallinfo2: in use in
+         * its arenas plus the blocks it mapped), the relay's and its libraries' alike. Unlike the
+         * resident size it comes back down when memory is freed, so a leak shows in it as growth
+         * from one idle moment to the next. */
+        uint64_t heap_bytes;
 };
 
 struct metrics_build {

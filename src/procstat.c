@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,12 +47,16 @@ void procstat_read(struct metrics_process *p) {
         FILE *f = fopen("/proc/self/stat", "re");
         struct rlimit rl;
 
+        struct mallinfo2 mi;
+
         memset(p, 0, sizeof(*p));
         if (f) {
                 if (fgets(buf, sizeof(buf), f))
                         procstat_parse(buf, sysconf(_SC_CLK_TCK), sysconf(_SC_PAGESIZE), p);
                 fclose(f);
         }
+        mi = mallinfo2();
+        p->heap_bytes = (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
         p->open_fds = count_fds();
         p->max_fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (int64_t)rl.rlim_cur
                                                                                         : -1;

@@ -175,7 +175,7 @@ static void health_and_ready(void **state) {
 }
 
 static char *render(const struct metrics_data *d) {
-        struct metrics_process p = { 1.5, 4096, 8192, 7, 1024 };
+        struct metrics_process p = { 1.5, 4096, 8192, 7, 1024, 65536 };
         struct metrics_build b = { "0.1.0", "2.0.2", "15.18" };
         char *out = NULL;
         size_t len = 0;
@@ -294,6 +294,7 @@ static void gauges(void **state) {
         has_line(text, "outbox_relay_pending_rows 12345");
         has_line(text, "outbox_relay_breaker_state 2");
         has_line(text, "outbox_relay_ordering_info{ordering=\"single\"} 1");
+        has_line(text, "outbox_relay_heap_bytes 65536");
         free(text);
         metrics_done(&m);
 }
@@ -316,6 +317,7 @@ static void proc_stat(void **state) {
         assert_int_equal(procstat_parse(line, 0, 4096, &p), -EINVAL);
         procstat_read(&p);
         assert_true(p.resident_bytes > 0);
+        assert_true(p.heap_bytes > 0);
         assert_true(p.open_fds >= 3);
 }
 
