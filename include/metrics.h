@@ -125,7 +125,8 @@ struct metrics_process {
         /* What the C allocator has handed out and not taken back (glibc's mallinfo2: in use in
          * its arenas plus the blocks it mapped), the relay's and its libraries' alike. Unlike the
          * resident size it comes back down when memory is freed, so a leak shows in it as growth
-         * from one idle moment to the next. */
+         * from one idle moment to the next. 0 when glibc's malloc is not the allocator in use
+         * (under a sanitizer or valgrind, which answer mallinfo2 with nothing). */
         uint64_t heap_bytes;
 };
 

@@ -255,8 +255,9 @@ int metrics_render(const struct metrics_data *d, const struct metrics_process *p
         gauge(f, "process_resident_memory_bytes", "Resident memory size in bytes.",
               (double)p->resident_bytes);
         gauge(f, "process_virtual_memory_bytes", "Virtual memory size in bytes.", (double)p->virtual_bytes);
-        gauge(f, "outbox_relay_heap_bytes", "Bytes the C allocator has handed out and not taken back.",
-              (double)p->heap_bytes);
+        if (p->heap_bytes > 0) /* 0: glibc's malloc is not the one in use (a sanitizer, valgrind) */
+                gauge(f, "outbox_relay_heap_bytes",
+                      "Bytes the C allocator has handed out and not taken back.", (double)p->heap_bytes);
         if (p->open_fds >= 0)
                 gauge(f, "process_open_fds", "Number of open file descriptors.", (double)p->open_fds);
         if (p->max_fds >= 0)
