@@ -46,7 +46,6 @@ void procstat_read(struct metrics_process *p) {
         char buf[1024];
         FILE *f = fopen("/proc/self/stat", "re");
         struct rlimit rl;
-
         struct mallinfo2 mi;
 
         memset(p, 0, sizeof(*p));
