@@ -140,8 +140,9 @@ static int64_t pending(PGconn *c, const char *topic) {
                          topic);
 }
 
-/* PostgreSQL restarted twice (pg_ctl restart -m fast) while the relay works through a backlog:
- * it reconnects each time and drains; duplicates only from batches whose commit was cut off. */
+/* PostgreSQL restarted twice (pg_ctl restart -m fast) while the relay works through a backlog
+ * with batches waiting to finish: it reconnects each time and drains; duplicates only from the
+ * batches whose finish was cut off. */
 static void postgres_restarts(void **state) {
         PGconn *c = ts_pg_connect();
         char *topic = ts_topic("fault-pg");
@@ -162,21 +163,35 @@ static void postgres_restarts(void **state) {
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
         for (int round = 1; round <= 2; round++) {
                 int64_t before, after, start = pending(c, topic);
+                PGconn *locker;
 
                 /* Restart while the relay is busy: it has published some of the backlog, and
-                 * (checked right before and right after) rows are still waiting. */
+                 * rows are still waiting. A fast relay can finish what is left before the
+                 * restart script stops the server, so the test holds the batches' finish back:
+                 * SHARE mode lets the claims (FOR UPDATE) through but not the DELETE that
+                 * finishes a batch. The server then goes down with rows pending and a batch that
+                 * Kafka took waiting to finish, whatever the machine's speed (the shutdown may
+                 * still let that batch commit once the lock's holder is gone). */
                 ts_pg_wait(c, 60000, "SELECT count(*) <= %lld FROM outbox WHERE topic = '%s'",
                            (long long)(start - 1000), topic);
+                locker = ts_pg_connect();
+                ts_pg_exec(locker, "BEGIN; LOCK TABLE outbox IN SHARE MODE");
+                ts_pg_wait(c, 30000,
+                           "SELECT count(*) > 0 FROM pg_locks WHERE relation = 'outbox'::regclass"
+                           " AND mode = 'RowExclusiveLock' AND NOT granted");
                 before = pending(c, topic);
                 PQfinish(c);
                 ts_testbed("pg-restart");
+                PQfinish(locker);
                 c = ts_pg_connect();
                 after = pending(c, topic);
                 fprintf(stderr,
                         "postgres_restarts: restart %d with %lld rows pending (%lld right after it)\n", round,
                         (long long)before, (long long)after);
+                /* Rows were pending when the server went down: the lock held their batch's
+                 * finish until then. `after` is read once the relay is back at work, so it is
+                 * printed, not asserted. */
                 assert_true(before > 0);
-                assert_true(after > 0);
                 ts_relay_log_wait_n(&relay, "connected to PostgreSQL again", round, 30000);
                 if (round == 1)
                         ts_pg_exec(
