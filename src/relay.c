@@ -10,15 +10,14 @@
 
 #include "cycle.h"
 #include "log.h"
+#include "relay_parts.h"
 
 /* The longest the loop sleeps, so signals and the watchdog are served promptly. */
 #define LOOP_SLICE (200 * USEC_PER_MSEC)
-#define RETENTION_BATCH 1000
 /* With batches in flight, a claim waits at most this long for a lock (cycle_start), and the
  * relay's own connection's looks too (its session's lock_timeout). */
 #define CLAIM_LOCK_WAIT (200 * USEC_PER_MSEC)
 #define LOOK_LOCK_WAIT (1 * USEC_PER_SEC)
-#define RETENTION_EVERY (10 * USEC_PER_SEC)
 
 static void free_config(struct relay_config *c) {
         config_free(c);
@@ -215,7 +214,7 @@ usec_t relay_deadline(const struct relay *r, usec_t deadline) {
  * look blocked on a locked table lost the connection instead of failing one statement. */
 #define DB_DEADLINE_GRACE (1 * USEC_PER_SEC)
 
-static usec_t db_deadline(const struct relay *r, usec_t now) {
+usec_t relay_db_deadline(const struct relay *r, usec_t now) {
         return now + r->cfg->postgres.statement_timeout + DB_DEADLINE_GRACE;
 }
 
@@ -229,7 +228,7 @@ void relay_serve(struct relay *r) {
 }
 
 /* The relay's own connection and every pipeline's. */
-static bool all_connected(const struct relay *r) {
+bool relay_connected(const struct relay *r) {
         if (!pg_connected(&r->pg))
                 return false;
         for (unsigned i = 0; i < r->n_lanes; i++)
@@ -245,105 +244,8 @@ static void disconnect_all(struct relay *r) {
 }
 
 /* Other relays' pipelines share the table (ordering = "key"): claims take key buckets. */
-static bool sharing(const struct relay *r) {
+bool relay_sharing(const struct relay *r) {
         return r->cfg->relay.ordering == ORDERING_KEY && !share_claim(&r->share, 0, 1).alone;
-}
-
-struct lag_look {
-        bool known;
-        usec_t lag;
-        int64_t pending;
-};
-
-static void set_lag(struct metrics_data *d, void *arg) {
-        const struct lag_look *l = arg;
-
-        d->lag_known = l->known;
-        d->oldest_pending_age = (double)l->lag / USEC_PER_SEC;
-        d->pending_rows = l->pending;
-}
-
-/* The gauges /metrics and /ready read, as the loop sees them now. */
-static void set_gauges(struct metrics_data *d, void *arg) {
-        const struct relay *r = arg;
-
-        d->db_connected = all_connected(r) && r->state != RELAY_CONNECTING;
-        d->producer_ok = r->kafka.rk && !r->kafka.fatal;
-        d->breaker_state = r->breaker.state == BREAKER_OPEN ? 2
-                : r->breaker.state == BREAKER_HALF_OPEN     ? 1
-                                                            : 0;
-        d->paused_topics = pause_set_count_active(&r->paused_topics, now_usec());
-        d->paused_keys = pause_set_count_active(&r->paused_keys, now_usec());
-        d->relays = r->cfg->relay.ordering == ORDERING_KEY ? r->share.relays : 1;
-        d->pipelines = r->cfg->relay.ordering == ORDERING_KEY ? r->share.members : r->n_lanes;
-        d->in_flight = r->n_flight;
-        d->first_bucket = r->cfg->relay.ordering == ORDERING_KEY ? share_claim(&r->share, 0, 1).first : 0;
-        d->leader = r->cfg->relay.ordering != ORDERING_SINGLE || r->leader;
-        d->last_batch_keys = r->last_keys;
-}
-
-static void publish_gauges(struct relay *r) {
-        metrics_update(&r->metrics, set_gauges, r);
-}
-
-/* STATUS= every few seconds: totals, rate, lag (age of the oldest pending row), breaker and
- * database state. The figures are those of /metrics (metrics.h), read at the same moment. */
-static void relay_status(struct relay *r, usec_t now) {
-        char status[448], lagbuf[48] = "lag ?", err[256], shared_by[128] = "";
-        const char *db = all_connected(r) ? "database ok" : "database unavailable";
-        const struct metrics_totals *t = &r->metrics.d.totals;
-        struct lag_look look = { 0 };
-        double rate = 0;
-
-        if (now < r->next_status)
-                return;
-        if (r->status_at && now > r->status_at)
-                rate = (double)(t->published - r->status_published) * USEC_PER_SEC /
-                        (double)(now - r->status_at);
-        r->status_at = now;
-        r->status_published = t->published;
-        r->next_status = now + 2 * USEC_PER_SEC;
-        if (pg_connected(&r->pg) &&
-            pg_lag(&r->pg, &look.lag, &look.pending, db_deadline(r, now), err, sizeof(err)) == 0) {
-                look.known = true;
-                snprintf(lagbuf, sizeof(lagbuf), "lag %.2fs", (double)look.lag / USEC_PER_SEC);
-        }
-        metrics_update(&r->metrics, set_lag, &look);
-        publish_gauges(r);
-
-        if (pg_connected(&r->pg) && r->cfg->relay.ordering == ORDERING_SINGLE && !r->leader) {
-                snprintf(status, sizeof(status),
-                         "standby (another relay publishes), published %" PRIu64 ", %s, database ok",
-                         t->published, lagbuf);
-                notify_status(&r->notifier, status);
-                return;
-        }
-        if (r->cfg->relay.ordering == ORDERING_KEY)
-                snprintf(shared_by, sizeof(shared_by),
-                         ", %u relay(s) on the table (%u pipelines, %u here), %zu keys in the last batch",
-                         r->share.relays, r->share.members, r->share.own, r->last_keys);
-        snprintf(status, sizeof(status),
-                 "published %" PRIu64 " (%.0f/s), %s, dead-lettered %" PRIu64 ", %s, %s%s", t->published,
-                 rate, lagbuf, t->dead_lettered, db,
-                 r->breaker.state == BREAKER_OPEN                ? "kafka unavailable (breaker open)"
-                         : r->breaker.state == BREAKER_HALF_OPEN ? "kafka probing (breaker half-open)"
-                         : r->state == RELAY_BACKOFF             ? "kafka failing, retrying"
-                                                                 : "kafka ok",
-                 shared_by);
-        notify_status(&r->notifier, status);
-        /* Only when something changed; a quiet period does not push the next one back (the
-         * first comes right after the first batch). */
-        if (now >= r->next_summary &&
-            (t->published != r->last_summary.published || t->dead_lettered != r->last_summary.dead_lettered ||
-             t->failed != r->last_summary.failed)) {
-                log_event(LOG_INFO, LOG_EV_SUMMARY, NULL,
-                          "summary: published %" PRIu64 " (+%" PRIu64 "), dead-lettered %" PRIu64
-                          ", failed deliveries %" PRIu64 ", batches %" PRIu64 "%s",
-                          t->published, t->published - r->last_summary.published, t->dead_lettered, t->failed,
-                          t->batches, shared_by);
-                r->last_summary = *t;
-                r->next_summary = now + r->cfg->relay.status_interval;
-        }
 }
 
 /* While the breaker is open nothing is claimed, so no row burns attempts during an outage. */
@@ -353,7 +255,7 @@ static bool breaker_gate(struct relay *r, usec_t now) {
 
         if (ev == BREAKER_PROBING) {
                 metrics_transition(&r->metrics, METRICS_TO_HALF_OPEN);
-                publish_gauges(r);
+                relay_publish_gauges(r);
                 log_notice("circuit breaker half-open: probing Kafka with a few rows");
         }
         return allowed;
@@ -392,7 +294,7 @@ static void breaker_outcome(struct relay *r, int ret, enum batch_verdict verdict
         default:
                 return;
         }
-        publish_gauges(r);
+        relay_publish_gauges(r);
         r->next_status = 0; /* show the change at once */
 }
 
@@ -411,7 +313,7 @@ static void schedule_retry(struct relay *r, struct backoff *bo, usec_t now, cons
 }
 
 /* The claim floor back to 0 (pg.h: claims then read from the lowest id there is). */
-static void drop_floor(struct relay *r, usec_t now) {
+void relay_drop_floor(struct relay *r, usec_t now) {
         floor_reset(&r->floor, now);
         free(r->floor_running);
         r->floor_running = NULL;
@@ -483,16 +385,17 @@ static int try_connect(struct relay *r, usec_t now) {
                 /* A member slot per pipeline and a relay slot, so the pipelines start their claims
                  * at different key buckets and know how deep to look. Without one this relay still
                  * keeps order (the bucket locks do that); it only counts itself in. */
-                if (pg_join(&r->pg, true, db_deadline(r, now_usec()), err, sizeof(err)) < 0)
+                if (pg_join(&r->pg, true, relay_db_deadline(r, now_usec()), err, sizeof(err)) < 0)
                         log_warning("no relay slot on table '%s': %s", r->cfg->postgres.table, err);
                 for (unsigned i = 0; i < r->n_lanes; i++)
-                        if (pg_join(&r->lanes[i].pg, false, db_deadline(r, now_usec()), err, sizeof(err)) < 0)
+                        if (pg_join(&r->lanes[i].pg, false, relay_db_deadline(r, now_usec()), err,
+                                    sizeof(err)) < 0)
                                 log_warning("no member slot on table '%s': %s", r->cfg->postgres.table, err);
                 r->next_members = 0;
         }
         /* A new session may be on another server (a promoted standby), and the sequence may have
          * changed while we were away: the floor starts again from 0. */
-        drop_floor(r, now);
+        relay_drop_floor(r, now);
         if (!r->pg.id_seq && !r->floor_said) {
                 log_notice("claims read table '%s' from the start of its pending index: %s (docs/claim.md, "
                            "\"The claim floor\")",
@@ -504,174 +407,6 @@ static int try_connect(struct relay *r, usec_t now) {
         r->state = RELAY_IDLE;
         r->wake = true; /* anything may have been written while we were away */
         return 0;
-}
-
-/* finish = "mark": deletes marked rows past the retention in small batches, between claims
- * (also while busy), for at most a second at a time; comes back sooner while it has a backlog. */
-static void run_retention(struct relay *r, usec_t now) {
-        usec_t until = now + USEC_PER_SEC;
-        char err[512];
-        int n = 0;
-        long total = 0;
-
-        do {
-                n = pg_retention(&r->pg, RETENTION_BATCH, db_deadline(r, now_usec()), err, sizeof(err));
-                if (n < 0) {
-                        log_warning("retention failed: %s", err);
-                        break;
-                }
-                total += n;
-        } while (n == RETENTION_BATCH && now_usec() < until && !r->sig->stop);
-        if (total > 0)
-                log_debug("retention: deleted %ld published rows", total);
-        r->next_retention = now_usec() + (n == RETENTION_BATCH ? 100 * USEC_PER_MSEC : RETENTION_EVERY);
-}
-
-/* The claim floor (floor.h): a look every second between batches, and now and then the guard
- * below it. A look that fails changes nothing (the floor stays as safe as it was). */
-static void step_floor(struct relay *r, usec_t now) {
-        usec_t deadline = db_deadline(r, now);
-        int64_t before = r->floor.at;
-        char err[512];
-
-        if (floor_guard_due(&r->floor, now)) {
-                bool found = false, asked = r->floor_requeued;
-
-                r->floor_requeued = false;
-                if (pg_floor_below(&r->pg, r->floor.at, &found, deadline, err, sizeof(err)) < 0) {
-                        log_warning("looking below the claim floor of table '%s' failed: %s",
-                                    r->cfg->postgres.table, err);
-                        r->floor.next_guard = now + FLOOR_STEP_INTERVAL;
-                } else if (floor_guarded(&r->floor, found, now)) {
-                        drop_floor(r, now);
-                        if (asked)
-                                log_notice("rows put back in line below id %" PRId64
-                                           " of table '%s' (outbox_requeue): "
-                                           "claims read the table from its start again",
-                                           before, r->cfg->postgres.table);
-                        else
-                                log_warning("pending rows below id %" PRId64
-                                            " of table '%s', where the claims "
-                                            "started, put there by hand (a dead letter put back without "
-                                            "outbox_requeue, an id written explicitly, or the sequence set "
-                                            "back): "
-                                            "they go out now, and may follow later rows of their keys",
-                                            before, r->cfg->postgres.table);
-                }
-        } else if (floor_step_due(&r->floor, now)) {
-                struct pg_floor_look pl;
-                int ret = pg_floor_look(&r->pg, r->floor.at, r->floor.open ? r->floor_running : NULL, &pl,
-                                        deadline, err, sizeof(err));
-
-                if (ret == -EOPNOTSUPP) {
-                        drop_floor(r, now);
-                        log_notice(
-                                "claims read table '%s' from the start of its pending index from now on: %s "
-                                "(docs/claim.md, \"The claim floor\")",
-                                r->cfg->postgres.table, err);
-                } else if (ret < 0) {
-                        free(pl.running);
-                        log_debug("claim floor: looking failed: %s", err);
-                        r->floor.next_step = now + FLOOR_STEP_INTERVAL;
-                } else {
-                        struct floor_look l = { pl.ended, pl.any, pl.lowest, pl.seq_last, pl.seq_node };
-
-                        switch (floor_step(&r->floor, &l, now)) {
-                        case FLOOR_BEGAN:
-                                free(r->floor_running);
-                                r->floor_running = pl.running;
-                                break;
-                        case FLOOR_RESET:
-                                free(pl.running);
-                                drop_floor(r, now);
-                                log_notice("the id sequence of table '%s' went back: claims read the table "
-                                           "from its "
-                                           "start again",
-                                           r->cfg->postgres.table);
-                                break;
-                        case FLOOR_WAITING:
-                                free(pl.running);
-                                break;
-                        }
-                }
-        }
-        r->pg.claim_floor = r->floor.at;
-        if (r->floor.at != before)
-                log_debug("claims of table '%s' start at id %" PRId64, r->cfg->postgres.table, r->floor.at);
-}
-
-/* ordering = "key": who else publishes this table, and so where our claims start in the key
- * buckets and how deep they look. Looked at every second. */
-static void look_at_members(struct relay *r, usec_t now) {
-        int slots[1024], pids[1024], own[SHARE_PIPELINES_MAX];
-        size_t n = 0;
-        unsigned relays = 0;
-        bool pooled = false;
-        char err[512];
-
-        r->next_members = now + USEC_PER_SEC;
-        if (pg_members(&r->pg, slots, pids, ELEMENTSOF(slots), &n, &relays, db_deadline(r, now), err,
-                       sizeof(err)) < 0) {
-                log_warning("looking at the relays sharing table '%s' failed: %s", r->cfg->postgres.table,
-                            err);
-                return;
-        }
-        for (unsigned p = 0; p < r->n_lanes; p++) {
-                own[p] = r->lanes[p].pg.member_slot;
-                for (size_t i = 0; i < n && own[p] >= 0; i++)
-                        pooled = pooled || (slots[i] == own[p] && pids[i] != pg_backend_pid(&r->lanes[p].pg));
-        }
-        if (pooled) {
-                /* Our session lock is not on this backend: a pooler in transaction mode hands our
-                 * statements to other sessions. Order still holds (bucket locks live within one
-                 * transaction), but the relay needs a session of its own to share the work. */
-                if (!r->pooler_said)
-                        log_error("the relay's member lock on table '%s' is not held by its own session: "
-                                  "is it behind a connection pooler in transaction mode? Connect directly "
-                                  "or through session pooling",
-                                  r->cfg->postgres.table);
-                r->pooler_said = true;
-        }
-        if (share_update(&r->share, slots, n, own, r->n_lanes, relays)) {
-                r->next_status = 0;
-                log_event(LOG_NOTICE, LOG_EV_SHARING, NULL,
-                          "%u relay(s) share table '%s' with %u pipelines, %u of them this relay's; %s",
-                          r->share.relays, r->cfg->postgres.table, r->share.members, r->share.own,
-                          sharing(r) ? "claims take key buckets, one batch in flight at a time"
-                                     : "alone: claims follow each other");
-        }
-}
-
-/* ordering = "single": one relay per table publishes; the others wait and take over when its
- * connection (and with it the lock) goes away. */
-static void try_lead(struct relay *r, usec_t now) {
-        char err[512];
-        bool got;
-
-        if (pg_try_leader(&r->pg, &got, db_deadline(r, now), err, sizeof(err)) < 0) {
-                log_warning("taking the leader lock failed: %s", err);
-                r->next_leader_try = now + r->cfg->relay.poll_interval;
-                return;
-        }
-        if (got) {
-                r->leader = true;
-                r->standby_said = false;
-                r->wake = true;
-                r->next_status = 0;
-                log_event(LOG_NOTICE, LOG_EV_LEADER, NULL,
-                          "publishing table '%s' (ordering = \"single\": one relay at a time)",
-                          r->cfg->postgres.table);
-                return;
-        }
-        if (!r->standby_said) {
-                r->standby_said = true;
-                r->next_status = 0;
-                log_event(LOG_NOTICE, LOG_EV_STANDBY, NULL,
-                          "standby: another relay publishes table '%s'; taking over when it goes away "
-                          "(ordering = \"single\")",
-                          r->cfg->postgres.table);
-        }
-        r->next_leader_try = now + r->cfg->relay.poll_interval;
 }
 
 /* Sleeps until the database socket is readable or `timeout` passes. */
@@ -722,7 +457,7 @@ static int start_http(struct relay *r) {
                                                               : ALIVE_WITHOUT_WATCHDOG,
                 .build = { VERSION, rd_kafka_version_str(), pg_lib_version() },
         };
-        publish_gauges(r);
+        relay_publish_gauges(r);
         ret = http_start(&r->http, r->cfg->http.listen, (unsigned)r->cfg->http.connection_limit,
                          (unsigned)((r->cfg->http.timeout + USEC_PER_SEC - 1) / USEC_PER_SEC), probe_answer,
                          &r->probe, err, sizeof(err));
@@ -765,7 +500,7 @@ static int after_batch(struct relay *r, int ret, enum batch_verdict verdict, use
         } else if (ret < 0) {
                 /* Database trouble: a lost connection is re-made at the top of the loop; a failing
                  * statement (or anything else) backs off rather than spin. */
-                if (all_connected(r)) {
+                if (relay_connected(r)) {
                         r->state = RELAY_BACKOFF;
                         schedule_retry(r, &r->db_backoff, now, "the batch failed in the database");
                         r->wake = true;
@@ -951,7 +686,7 @@ static int claim_more(struct relay *r) {
         rules = (struct overlap_rules){
                 .in_flight = active(r),
                 .pipelines = r->n_lanes,
-                .sharing = sharing(r),
+                .sharing = relay_sharing(r),
                 /* A probe goes alone; so does a claim while something is paused (its form skips
                  * rows, so nothing can follow it) or after it. */
                 .serial = r->breaker.state != BREAKER_CLOSED ||
@@ -1092,19 +827,19 @@ int relay_run(struct relay *r) {
                         abandon_all(r);
                         return -ENOTRECOVERABLE;
                 }
-                publish_gauges(r);
+                relay_publish_gauges(r);
                 if (r->kafka.last_error_new) {
                         r->kafka.last_error_new = false;
                         log_event(r->kafka.last_error_level, LOG_EV_KAFKA_ERROR, NULL, "kafka: %s",
                                   r->kafka.last_error);
                 }
 
-                if (!all_connected(r)) {
+                if (!relay_connected(r)) {
                         if (r->state != RELAY_CONNECTING) {
                                 log_event(LOG_WARNING, LOG_EV_DB_LOST, NULL,
                                           "lost the PostgreSQL connection, reconnecting");
                                 /* no lag figures until a look can read them again */
-                                metrics_update(&r->metrics, set_lag, &(struct lag_look){ 0 });
+                                relay_lag_unknown(r);
                                 r->state = RELAY_CONNECTING;
                                 /* One connection lost is usually all (a restart, a cut link):
                                  * give up every batch in flight and connect afresh. */
@@ -1122,7 +857,7 @@ int relay_run(struct relay *r) {
                                 }
                         } else
                                 wait_for_work(r, r->retry_at - now);
-                        if (all_connected(r) && !r->ready_sent) {
+                        if (relay_connected(r) && !r->ready_sent) {
                                 notify_ready(&r->notifier);
                                 r->ready_sent = true;
                                 log_event(LOG_INFO, LOG_EV_READY, NULL, "ready");
@@ -1131,7 +866,7 @@ int relay_run(struct relay *r) {
                 }
 
                 if (r->cfg->relay.ordering == ORDERING_KEY && now >= r->next_members)
-                        look_at_members(r, now);
+                        relay_look_at_members(r, now);
                 if (r->pg.requeued) {
                         /* Put back in line: they may lie below the floor, and below the chain of
                          * batches in flight. Look now; claim from the floor once they are done. */
@@ -1143,13 +878,13 @@ int relay_run(struct relay *r) {
                 if (r->pg.id_seq && (floor_step_due(&r->floor, now) || floor_guard_due(&r->floor, now))) {
                         int64_t proven = r->floor.proven;
 
-                        step_floor(r, now);
+                        relay_step_floor(r, now);
                         if (r->floor.proven < proven)
                                 overlap_break(&r->overlap); /* the floor went back */
                 }
                 if (r->cfg->relay.ordering == ORDERING_SINGLE && !r->leader) {
                         if (now >= r->next_leader_try)
-                                try_lead(r, now);
+                                relay_try_lead(r, now);
                         if (!r->leader) {
                                 relay_status(r, now);
                                 wait_for_work(r, r->next_leader_try > now ? r->next_leader_try - now : 0);
@@ -1158,7 +893,7 @@ int relay_run(struct relay *r) {
                 }
                 if (r->cfg->relay.finish == FINISH_MARK && r->cfg->relay.retention &&
                     now >= r->next_retention) {
-                        run_retention(r, now);
+                        relay_run_retention(r, now);
                         continue;
                 }
 
