@@ -99,10 +99,12 @@ static void *write_rows(void *arg) {
 
 static void writers_start(struct writer *w, int n, const char *topic, int rows, int per_second, int keys) {
         for (int i = 0; i < n; i++) {
-                w[i] = (struct writer){ .topic = topic,
-                                        .rows = rows / n,
-                                        .per_second = per_second / n,
-                                        .keys = keys / n > 0 ? keys / n : 1 };
+                /* Every key once: 50 keys over 4 writers are 13, 13, 12 and 12. */
+                int k = keys / n + (i < keys % n);
+
+                w[i] = (struct writer){
+                        .topic = topic, .rows = rows / n, .per_second = per_second / n, .keys = k > 0 ? k : 1
+                };
                 snprintf(w[i].prefix, sizeof(w[i].prefix), "w%d", i);
                 if (pthread_create(&w[i].thread, NULL, write_rows, &w[i]) != 0)
                         fail_msg("cannot start a writer");
