@@ -140,6 +140,22 @@ static int64_t pending(PGconn *c, const char *topic) {
                          topic);
 }
 
+/* Holds back the DELETE that finishes a batch, not the claims: a new session takes the table in
+ * SHARE mode (as a CREATE INDEX without CONCURRENTLY does; claims take ROW SHARE, which it lets
+ * through) and returns once a relay's finish waits for it. The session gives the lock up when
+ * closed, or after 20 s idle in its transaction, so a test failing with the lock held does not
+ * hold up the tests after it. */
+static PGconn *hold_finishes(PGconn *c) {
+        PGconn *locker = ts_pg_connect();
+
+        ts_pg_exec(locker, "SET idle_in_transaction_session_timeout = '20s'");
+        ts_pg_exec(locker, "BEGIN; LOCK TABLE outbox IN SHARE MODE");
+        ts_pg_wait(c, 30000,
+                   "SELECT count(*) > 0 FROM pg_locks WHERE relation = 'outbox'::regclass"
+                   " AND mode = 'RowExclusiveLock' AND NOT granted");
+        return locker;
+}
+
 /* PostgreSQL restarted twice (pg_ctl restart -m fast) while the relay works through a backlog
  * with batches waiting to finish: it reconnects each time and drains; duplicates only from the
  * batches whose finish was cut off. */
@@ -167,21 +183,14 @@ static void postgres_restarts(void **state) {
 
                 /* Restart while the relay is busy: it has published some of the backlog, and
                  * rows are still waiting. A fast relay can finish what is left before the
-                 * restart script stops the server, so the test holds the batches' finish back:
-                 * SHARE mode lets the claims (FOR UPDATE) through but not the DELETE that
-                 * finishes a batch. The server then goes down with rows pending and a batch that
+                 * restart script stops the server, so the test holds the batches' finish back
+                 * (hold_finishes). The server then goes down with rows pending and a batch that
                  * Kafka took waiting to finish, whatever the machine's speed. (In two runs out of
                  * several that batch still committed: the shutdown ends every session, and the
                  * lock's holder can go first.) */
                 ts_pg_wait(c, 60000, "SELECT count(*) <= %lld FROM outbox WHERE topic = '%s'",
                            (long long)(start - 1000), topic);
-                locker = ts_pg_connect();
-                /* A failure with the lock held must not hold up the tests after this one. */
-                ts_pg_exec(locker, "SET idle_in_transaction_session_timeout = '20s'");
-                ts_pg_exec(locker, "BEGIN; LOCK TABLE outbox IN SHARE MODE");
-                ts_pg_wait(c, 30000,
-                           "SELECT count(*) > 0 FROM pg_locks WHERE relation = 'outbox'::regclass"
-                           " AND mode = 'RowExclusiveLock' AND NOT granted");
+                locker = hold_finishes(c);
                 before = pending(c, topic);
                 PQfinish(c);
                 ts_testbed("pg-restart");
@@ -476,7 +485,7 @@ static void database_errors_not_kafka(void **state) {
  * would roll its batch back, and the batch would go to Kafka again for as long as the lock
  * stays. Nothing is rolled back, nothing is sent twice. */
 static void table_lock_holds_finishes(void **state) {
-        PGconn *c = ts_pg_connect(), *locker = ts_pg_connect();
+        PGconn *c = ts_pg_connect(), *locker;
         char *topic = ts_topic("fault-tablelock");
         const int rows = 10000;
         struct ts_relay relay;
@@ -484,9 +493,6 @@ static void table_lock_holds_finishes(void **state) {
 
         (void)state;
         ts_pg_install_copy(c);
-        /* If the test fails with the lock held, the server ends it instead of the next test
-         * waiting for it. */
-        ts_pg_exec(locker, "SET idle_in_transaction_session_timeout = '20s'");
         ts_pg_exec(c,
                    "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'key-' || (g %% 5000),"
                    " convert_to('event ' || g, 'UTF8') FROM generate_series(1, %d) g",
@@ -494,10 +500,7 @@ static void table_lock_holds_finishes(void **state) {
         ts_relay_start(&relay, "poll_interval = \"1s\"; batch_size = 200;", NULL);
         assert_true(ts_relay_log_wait(&relay, "ready", 20000));
         ts_pg_wait(c, 60000, "SELECT count(*) <= %d FROM outbox WHERE topic = '%s'", rows - 1000, topic);
-        ts_pg_exec(locker, "BEGIN; LOCK TABLE outbox IN SHARE MODE");
-        ts_pg_wait(c, 30000,
-                   "SELECT count(*) > 0 FROM pg_locks WHERE relation = 'outbox'::regclass"
-                   " AND mode = 'RowExclusiveLock' AND NOT granted");
+        locker = hold_finishes(c);
         fprintf(stderr, "table_lock: the lock held at %lld rows pending\n", (long long)pending(c, topic));
         sleep(3);
         fprintf(stderr, "table_lock: released at %lld rows pending\n", (long long)pending(c, topic));

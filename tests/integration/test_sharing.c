@@ -363,6 +363,8 @@ static void postgres_restart_three_relays(void **state) {
  * writers of both use the same key names, which are still two sequences each: order is per
  * (topic, key)). The fault points count the rows of both. */
 #define CHAOS_ROWS 30000
+/* The batches in flight of the three faults (kill, freeze, cut): relay.pipelines x batch_size. */
+#define CHAOS_MAX_DUP (3 * 2 * 500)
 static void chaos_50_and_10000_keys(void **state) {
         static const int keys[2] = { 50, 10000 };
         PGconn *c = ts_pg_connect();
@@ -416,12 +418,12 @@ static void chaos_50_and_10000_keys(void **state) {
          * flight each (at most relay.pipelines x batch_size rows, of both topics together); the
          * clean SIGTERM brings none (test above). */
         for (int t = 0; t < 2; t++)
-                dup[t] = verify(c, topic[t], NULL, CHAOS_ROWS, 3 * 2 * 500, name[t]);
+                dup[t] = verify(c, topic[t], NULL, CHAOS_ROWS, CHAOS_MAX_DUP, name[t]);
         fprintf(stderr,
                 "share-chaos: duplicates %zu (50 keys) + %zu (10,000 keys) = %zu, at most %d (kill -9,"
                 " freeze and link cut; SIGTERM gives none)\n",
-                dup[0], dup[1], dup[0] + dup[1], 3 * 2 * 500);
-        assert_true(dup[0] + dup[1] <= 3 * 2 * 500);
+                dup[0], dup[1], dup[0] + dup[1], CHAOS_MAX_DUP);
+        assert_true(dup[0] + dup[1] <= CHAOS_MAX_DUP);
         for (int i = 0; i < 3; i++)
                 assert_int_equal(ts_relay_stop(&r[i], SIGTERM, 30000), 0);
         ts_proxy_stop(proxy);
