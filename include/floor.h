@@ -24,6 +24,12 @@
  * explicitly. The guard looks below the floor now and then and, if it finds one, the floor goes
  * back to 0, so such a row waits at most FLOOR_GUARD_INTERVAL. */
 #define FLOOR_STEP_INTERVAL (1 * USEC_PER_SEC)
+/* While the claims find a backlog, a look every 200 ms: every claim of relays that share the table
+ * starts at the floor, and a drain moves some 150,000 rows a second past it. With a look a second
+ * each claim stepped over up to a second's finished rows, twice (the head and the walk), and
+ * PostgreSQL spent about a fifth more CPU per row (docs/claim.md). */
+#define FLOOR_STEP_BUSY_INTERVAL (200 * USEC_PER_MSEC)
+_Static_assert(FLOOR_STEP_BUSY_INTERVAL < FLOOR_STEP_INTERVAL, "a backlog looks more often");
 #define FLOOR_GUARD_INTERVAL (30 * USEC_PER_SEC)
 
 struct floor {
@@ -38,6 +44,7 @@ struct floor {
         int64_t seq_last; /* the sequence's last value when it began */
         int64_t seq_node; /* and its relfilenode */
         usec_t next_step, next_guard;
+        usec_t next_busy_step; /* the next look while the claims find a backlog */
 };
 
 /* What one look read, in this order (pg_floor_look): whether the open step's transactions have
@@ -74,9 +81,14 @@ struct floor_sequence {
 };
 const char *floor_unusable(const struct floor_sequence *s);
 
-static inline bool floor_step_due(const struct floor *f, usec_t now) {
-        return now >= f->next_step;
+/* A look is due: every FLOOR_STEP_INTERVAL, or every FLOOR_STEP_BUSY_INTERVAL while `backlog` (the
+ * last claim left rows to claim at once). */
+static inline bool floor_step_due(const struct floor *f, usec_t now, bool backlog) {
+        return now >= (backlog ? f->next_busy_step : f->next_step);
 }
+
+/* A look failed: nothing changes but when the next is due (FLOOR_STEP_INTERVAL, backlog or not). */
+void floor_look_failed(struct floor *f, usec_t now);
 
 /* One look's outcome. The floor moves only when a step ends, up to min(lowest, its S + 1), never
  * down: a sequence that went back (its S lower than the open step's, or restarted: a new

@@ -5,7 +5,7 @@
 
 void floor_init(struct floor *f, usec_t now) {
         memset(f, 0, sizeof(*f));
-        f->next_step = now;
+        f->next_step = f->next_busy_step = now;
         f->next_guard = now + FLOOR_GUARD_INTERVAL;
 }
 
@@ -25,6 +25,7 @@ enum floor_change floor_step(struct floor *f, const struct floor_look *l, usec_t
         int64_t seq = l->seq_last > 0 ? l->seq_last : 0;
 
         f->next_step = now + FLOOR_STEP_INTERVAL;
+        f->next_busy_step = now + FLOOR_STEP_BUSY_INTERVAL;
         if (f->open && (seq < f->seq_last || l->seq_node != f->seq_node)) {
                 floor_reset(f, now);
                 return FLOOR_RESET;
@@ -63,7 +64,12 @@ void floor_reset(struct floor *f, usec_t now) {
         f->seq_last = 0;
         f->seq_node = 0;
         f->next_step = now + FLOOR_STEP_INTERVAL;
+        f->next_busy_step = now + FLOOR_STEP_BUSY_INTERVAL;
         f->next_guard = now + FLOOR_GUARD_INTERVAL;
+}
+
+void floor_look_failed(struct floor *f, usec_t now) {
+        f->next_step = f->next_busy_step = now + FLOOR_STEP_INTERVAL;
 }
 
 void floor_requeued(struct floor *f, usec_t now) {

@@ -63,7 +63,7 @@ void relay_step_floor(struct relay *r, usec_t now) {
                                             "they go out now, and may follow later rows of their keys",
                                             before, r->cfg->postgres.table);
                 }
-        } else if (floor_step_due(&r->floor, now)) {
+        } else if (floor_step_due(&r->floor, now, r->backlog)) {
                 struct pg_floor_look pl;
                 int ret = pg_floor_look(&r->pg, r->floor.at, r->floor.open ? r->floor_running : NULL, &pl,
                                         deadline, err, sizeof(err));
@@ -77,7 +77,7 @@ void relay_step_floor(struct relay *r, usec_t now) {
                 } else if (ret < 0) {
                         free(pl.running);
                         log_debug("claim floor: looking failed: %s", err);
-                        r->floor.next_step = now + FLOOR_STEP_INTERVAL;
+                        floor_look_failed(&r->floor, now);
                 } else {
                         struct floor_look l = { pl.ended, pl.any, pl.lowest, pl.seq_last, pl.seq_node };
 

@@ -101,7 +101,8 @@ static void step_table(void **state) {
 
                 print_message("# %s\n", c->name);
                 floor_init(&f, now);
-                assert_true(floor_step_due(&f, now));
+                assert_true(floor_step_due(&f, now, false));
+                assert_true(floor_step_due(&f, now, true));
                 for (size_t j = 0; j < c->n; j++) {
                         const struct look_step *s = &c->steps[j];
                         struct floor_look l = look_of(s);
@@ -109,8 +110,8 @@ static void step_table(void **state) {
                         assert_int_equal(floor_step(&f, &l, now), s->change);
                         assert_int_equal(f.at, s->at);
                         assert_int_equal(f.open, s->change != FLOOR_RESET);
-                        assert_false(floor_step_due(&f, now + FLOOR_STEP_INTERVAL - 1));
-                        assert_true(floor_step_due(&f, now + FLOOR_STEP_INTERVAL));
+                        assert_false(floor_step_due(&f, now + FLOOR_STEP_INTERVAL - 1, false));
+                        assert_true(floor_step_due(&f, now + FLOOR_STEP_INTERVAL, false));
                         now += FLOOR_STEP_INTERVAL;
                 }
         }
@@ -294,6 +295,44 @@ static const struct usable_case usable_cases[] = {
         { "no sequence wins over the rest", { false, 20, -1, -1, true, false }, "no sequence" },
 };
 
+/* When the next look is due: a look a second, every FLOOR_STEP_BUSY_INTERVAL while the claims
+ * find a backlog; a failed look waits the whole interval either way. */
+static const struct due_case {
+        const char *name;
+        bool failed; /* the last look failed (else it was a step) */
+        usec_t after; /* since the last look */
+        bool backlog, due;
+} due_cases[] = {
+        { "no backlog, just under a second: not due", false, FLOOR_STEP_INTERVAL - 1, false, false },
+        { "no backlog, a second: due", false, FLOOR_STEP_INTERVAL, false, true },
+        { "no backlog, the busy interval: not due", false, FLOOR_STEP_BUSY_INTERVAL, false, false },
+        { "a backlog, just under the busy interval: not due", false, FLOOR_STEP_BUSY_INTERVAL - 1, true,
+          false },
+        { "a backlog, the busy interval: due", false, FLOOR_STEP_BUSY_INTERVAL, true, true },
+        { "a backlog after a failed look, the busy interval: not due", true, FLOOR_STEP_BUSY_INTERVAL, true,
+          false },
+        { "a backlog after a failed look, a second: due", true, FLOOR_STEP_INTERVAL, true, true },
+        { "no backlog after a failed look, a second: due", true, FLOOR_STEP_INTERVAL, false, true },
+};
+
+static void due_table(void **state) {
+        (void)state;
+        for (size_t i = 0; i < ELEMENTSOF(due_cases); i++) {
+                const struct due_case *c = &due_cases[i];
+                struct floor_look l = { .seq_last = 100, .seq_node = 1 };
+                struct floor f;
+                usec_t now = 1000 * S;
+
+                print_message("# %s\n", c->name);
+                floor_init(&f, 0);
+                if (c->failed)
+                        floor_look_failed(&f, now);
+                else
+                        floor_step(&f, &l, now);
+                assert_int_equal(floor_step_due(&f, now + c->after, c->backlog), c->due);
+        }
+}
+
 static void usable_table(void **state) {
         (void)state;
         for (size_t i = 0; i < ELEMENTSOF(usable_cases); i++) {
@@ -313,6 +352,7 @@ static void usable_table(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(step_table),
+                cmocka_unit_test(due_table),
                 cmocka_unit_test(the_floor_never_passes_a_pending_row_it_was_shown),
                 cmocka_unit_test(guard_table),
                 cmocka_unit_test(reset_drops_the_step),
