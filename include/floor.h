@@ -12,7 +12,8 @@
  * starts at the floor descends straight to the first row that can still be pending.
  *
  * The rule. A step begins by reading the id sequence's last value S, then the transactions
- * running (their virtual ids). It ends, a second or more later, once every one of them has ended;
+ * running (their virtual ids). It ends at a later look (a second later, 200 ms while the claims
+ * find a backlog) once every one of them has ended;
  * then, in a snapshot taken after that, the floor becomes the lower of the lowest pending id and
  * S + 1. Why no row below it can still appear: a row with an id <= S took it before S was read,
  * so its transaction was running then (listed, and since ended: its row is committed and seen, or
