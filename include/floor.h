@@ -25,10 +25,11 @@
  * explicitly. The guard looks below the floor now and then and, if it finds one, the floor goes
  * back to 0, so such a row waits at most FLOOR_GUARD_INTERVAL. */
 #define FLOOR_STEP_INTERVAL (1 * USEC_PER_SEC)
-/* While the claims find a backlog, a look every 200 ms: every claim of relays that share the table
- * starts at the floor, and a drain moves some 150,000 rows a second past it. With a look a second
- * each claim stepped over up to a second's finished rows, twice (the head and the walk), and
- * PostgreSQL spent about a fifth more CPU per row (docs/claim.md). */
+/* While relays that share the table find a backlog, a look every 200 ms (floor_busy): every claim
+ * of theirs starts at the floor, and a drain moves some 150,000 rows a second past it. With a look
+ * a second each claim stepped over a second's finished rows or more, twice (the head's count and
+ * the walk): steps of 130,000-190,000 ids against 36,000-45,000 (docs/ordering.md, "The floor under
+ * the sharing claims"). */
 #define FLOOR_STEP_BUSY_INTERVAL (200 * USEC_PER_MSEC)
 _Static_assert(FLOOR_STEP_BUSY_INTERVAL < FLOOR_STEP_INTERVAL, "a backlog looks more often");
 #define FLOOR_GUARD_INTERVAL (30 * USEC_PER_SEC)
@@ -82,8 +83,17 @@ struct floor_sequence {
 };
 const char *floor_unusable(const struct floor_sequence *s);
 
-/* A look is due: every FLOOR_STEP_INTERVAL, or every FLOOR_STEP_BUSY_INTERVAL while `backlog` (the
- * last claim left rows to claim at once). */
+/* Whether the floor looks every FLOOR_STEP_BUSY_INTERVAL: only for a relay that shares the table
+ * in key order (its every claim starts at the floor; a relay alone or with "none" starts there only
+ * when its chain of batches starts again), and only within FLOOR_STEP_INTERVAL of the last claim
+ * that left rows to claim at once (`backlog_at`, 0: none yet), so an idle table, an open breaker
+ * or a lost connection goes back to a look a second by itself. */
+static inline bool floor_busy(bool sharing, usec_t backlog_at, usec_t now) {
+        return sharing && backlog_at > 0 && now >= backlog_at && now - backlog_at < FLOOR_STEP_INTERVAL;
+}
+
+/* A look is due: every FLOOR_STEP_INTERVAL, or every FLOOR_STEP_BUSY_INTERVAL while `backlog`
+ * (floor_busy). */
 static inline bool floor_step_due(const struct floor *f, usec_t now, bool backlog) {
         return now >= (backlog ? f->next_busy_step : f->next_step);
 }

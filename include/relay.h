@@ -89,7 +89,7 @@ struct relay {
         size_t last_keys; /* distinct (topic, key) pairs of the last batch */
         size_t last_in_view; /* ordering = "key": the pending rows the last claim looked at */
         int last_got; /* rows the last claim took (-1: none yet) */
-        bool backlog; /* the last claim left rows to claim at once (the floor looks more often) */
+        usec_t backlog_at; /* when a claim last left rows to claim at once (floor_busy), 0: never */
 
         /* Where the claims start reading the pending index (floor.c), and the transactions the
          * open step waits for (as pg_floor_look gave them). */

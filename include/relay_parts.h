@@ -27,6 +27,9 @@ void relay_drop_floor(struct relay *r, usec_t now);
  * buckets and how deep they look; due every second (r->next_members). */
 void relay_look_at_members(struct relay *r, usec_t now);
 
+/* The floor looks every 200 ms (floor_busy). */
+bool relay_floor_busy(const struct relay *r, usec_t now);
+
 /* ordering = "single": takes the table's leader lock if it is free (r->leader). */
 void relay_try_lead(struct relay *r, usec_t now);
 

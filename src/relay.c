@@ -589,7 +589,8 @@ static int claimed(struct relay *r, struct cycle *c, int ret) {
         /* A full batch or a probe that found rows: more at once (as overlap.h allows). Sharing
          * the table in key order, a short batch may only mean the rest is in the others' open
          * batches (share.c says when); otherwise a notification or the poll. */
-        r->backlog = ret >= limit;
+        if (ret >= limit)
+                r->backlog_at = now;
         if (ret >= limit || (c->probe && ret > 0)) {
                 r->wake = true;
         } else {
@@ -598,10 +599,12 @@ static int claimed(struct relay *r, struct cycle *c, int ret) {
                 if (r->cfg->relay.ordering == ORDERING_KEY)
                         again = share_next_wait(&r->share, ret > 0 ? (size_t)ret : 0, r->last_in_view, limit,
                                                 r->cfg->relay.poll_interval);
-                if (again == 0)
-                        r->wake = r->backlog = true;
-                else
+                if (again == 0) {
+                        r->wake = true;
+                        r->backlog_at = now;
+                } else {
                         r->next_poll = now + again;
+                }
         }
         if (ret <= 0)
                 return batch_over(r, c, ret, VERDICT_NONE, false);
@@ -877,7 +880,8 @@ int relay_run(struct relay *r) {
                         overlap_break(&r->overlap);
                 }
                 if (r->pg.id_seq &&
-                    (floor_step_due(&r->floor, now, r->backlog) || floor_guard_due(&r->floor, now))) {
+                    (floor_step_due(&r->floor, now, relay_floor_busy(r, now)) ||
+                     floor_guard_due(&r->floor, now))) {
                         int64_t proven = r->floor.proven;
 
                         relay_step_floor(r, now);

@@ -32,8 +32,13 @@ void relay_run_retention(struct relay *r, usec_t now) {
         r->next_retention = now_usec() + (n == RETENTION_BATCH ? 100 * USEC_PER_MSEC : RETENTION_EVERY);
 }
 
-/* The claim floor (floor.h): a look every second between batches, and now and then the guard
- * below it. A look that fails changes nothing (the floor stays as safe as it was). */
+/* The claim floor (floor.h): a look every second between batches (every 200 ms while relays that
+ * share the table find a backlog), and now and then the guard below it. A look that fails changes
+ * nothing (the floor stays as safe as it was). */
+bool relay_floor_busy(const struct relay *r, usec_t now) {
+        return floor_busy(relay_sharing(r), r->backlog_at, now);
+}
+
 void relay_step_floor(struct relay *r, usec_t now) {
         usec_t deadline = relay_db_deadline(r, now);
         int64_t before = r->floor.at;
@@ -63,7 +68,7 @@ void relay_step_floor(struct relay *r, usec_t now) {
                                             "they go out now, and may follow later rows of their keys",
                                             before, r->cfg->postgres.table);
                 }
-        } else if (floor_step_due(&r->floor, now, r->backlog)) {
+        } else if (floor_step_due(&r->floor, now, relay_floor_busy(r, now))) {
                 struct pg_floor_look pl;
                 int ret = pg_floor_look(&r->pg, r->floor.at, r->floor.open ? r->floor_running : NULL, &pl,
                                         deadline, err, sizeof(err));

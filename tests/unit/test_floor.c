@@ -333,6 +333,61 @@ static void due_table(void **state) {
         }
 }
 
+/* Whether the floor looks every FLOOR_STEP_BUSY_INTERVAL: sharing, and a claim left a backlog less
+ * than FLOOR_STEP_INTERVAL ago. */
+static const struct busy_case {
+        const char *name;
+        bool sharing;
+        usec_t backlog_at, now;
+        bool busy;
+} busy_cases[] = {
+        { "sharing, a backlog just now", true, 5 * S, 5 * S, true },
+        { "sharing, a backlog just under a second ago", true, 5 * S, 6 * S - 1, true },
+        { "sharing, a backlog a second ago (idle, breaker open, reconnecting): not busy", true, 5 * S, 6 * S,
+          false },
+        { "sharing, never a backlog", true, 0, 5 * S, false },
+        { "alone or \"none\", a backlog just now: not busy (claims follow their chain)", false, 5 * S, 5 * S,
+          false },
+        { "a clock that went back: not busy", true, 5 * S, 4 * S, false },
+};
+
+static void busy_table(void **state) {
+        (void)state;
+        for (size_t i = 0; i < ELEMENTSOF(busy_cases); i++) {
+                const struct busy_case *c = &busy_cases[i];
+
+                print_message("# %s\n", c->name);
+                assert_int_equal(floor_busy(c->sharing, c->backlog_at, c->now), c->busy);
+        }
+}
+
+/* A look that fails in the middle of a step changes nothing but when the next look is due. */
+static void a_failed_look_keeps_the_step(void **state) {
+        struct floor_look begin = { .seq_last = 100, .seq_node = 1 },
+                          end = { .ended = true, .any = true, .lowest = 50, .seq_last = 200, .seq_node = 1 };
+        struct floor f, before;
+
+        (void)state;
+        floor_init(&f, 0);
+        floor_step(&f, &begin, 0);
+        floor_step(&f, &end, S);
+        before = f;
+        floor_look_failed(&f, 2 * S);
+        assert_int_equal(f.at, before.at);
+        assert_int_equal(f.proven, before.proven);
+        assert_int_equal(f.open, before.open);
+        assert_int_equal(f.seq_last, before.seq_last);
+        assert_int_equal(f.seq_node, before.seq_node);
+        assert_int_equal(f.next_guard, before.next_guard);
+        assert_false(floor_step_due(&f, 3 * S - 1, true));
+        assert_true(floor_step_due(&f, 3 * S, true));
+        /* and a reset looks again after the busy interval while busy */
+        floor_reset(&f, 4 * S);
+        assert_false(floor_step_due(&f, 4 * S + FLOOR_STEP_BUSY_INTERVAL - 1, true));
+        assert_true(floor_step_due(&f, 4 * S + FLOOR_STEP_BUSY_INTERVAL, true));
+        assert_false(floor_step_due(&f, 4 * S + FLOOR_STEP_BUSY_INTERVAL, false));
+}
+
 static void usable_table(void **state) {
         (void)state;
         for (size_t i = 0; i < ELEMENTSOF(usable_cases); i++) {
@@ -353,6 +408,8 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(step_table),
                 cmocka_unit_test(due_table),
+                cmocka_unit_test(busy_table),
+                cmocka_unit_test(a_failed_look_keeps_the_step),
                 cmocka_unit_test(the_floor_never_passes_a_pending_row_it_was_shown),
                 cmocka_unit_test(guard_table),
                 cmocka_unit_test(reset_drops_the_step),
