@@ -27,13 +27,10 @@ void relay_drop_floor(struct relay *r, usec_t now);
  * buckets and how deep they look; due every second (r->next_members). */
 void relay_look_at_members(struct relay *r, usec_t now);
 
-/* The floor looks every 200 ms (floor_busy). */
-bool relay_floor_busy(const struct relay *r, usec_t now);
-
 /* ordering = "single": takes the table's leader lock if it is free (r->leader). */
 void relay_try_lead(struct relay *r, usec_t now);
 
-/* The claim floor (floor.h): its step or its guard, whichever is due. */
+/* The claim floor (floor.h): its step or its guard, whichever is due; nothing when neither is. */
 void relay_step_floor(struct relay *r, usec_t now);
 
 /* finish = "mark": deletes published rows past the retention, for at most a second. */

@@ -879,9 +879,7 @@ int relay_run(struct relay *r) {
                         floor_requeued(&r->floor, now);
                         overlap_break(&r->overlap);
                 }
-                if (r->pg.id_seq &&
-                    (floor_step_due(&r->floor, now, relay_floor_busy(r, now)) ||
-                     floor_guard_due(&r->floor, now))) {
+                if (r->pg.id_seq) {
                         int64_t proven = r->floor.proven;
 
                         relay_step_floor(r, now);

@@ -33,18 +33,18 @@ void relay_run_retention(struct relay *r, usec_t now) {
 }
 
 /* The claim floor (floor.h): a look every second between batches (every 200 ms while relays that
- * share the table find a backlog), and now and then the guard below it. A look that fails changes
- * nothing (the floor stays as safe as it was). */
-bool relay_floor_busy(const struct relay *r, usec_t now) {
-        return floor_busy(relay_sharing(r), r->backlog_at, now);
-}
-
+ * share the table find a backlog, floor_busy), and now and then the guard below it; nothing when
+ * neither is due. A look that fails changes nothing (the floor stays as safe as it was). */
 void relay_step_floor(struct relay *r, usec_t now) {
-        usec_t deadline = relay_db_deadline(r, now);
+        bool guard = floor_guard_due(&r->floor, now);
+        usec_t deadline;
         int64_t before = r->floor.at;
         char err[512];
 
-        if (floor_guard_due(&r->floor, now)) {
+        if (!guard && !floor_step_due(&r->floor, now, floor_busy(relay_sharing(r), r->backlog_at, now)))
+                return;
+        deadline = relay_db_deadline(r, now);
+        if (guard) {
                 bool found = false, asked = r->floor_requeued;
 
                 r->floor_requeued = false;
@@ -68,7 +68,7 @@ void relay_step_floor(struct relay *r, usec_t now) {
                                             "they go out now, and may follow later rows of their keys",
                                             before, r->cfg->postgres.table);
                 }
-        } else if (floor_step_due(&r->floor, now, relay_floor_busy(r, now))) {
+        } else {
                 struct pg_floor_look pl;
                 int ret = pg_floor_look(&r->pg, r->floor.at, r->floor.open ? r->floor_running : NULL, &pl,
                                         deadline, err, sizeof(err));
