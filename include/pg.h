@@ -36,7 +36,9 @@ struct pg_batch {
         PGresult *res;
         struct pg_row *rows;
         size_t n;
-        size_t in_view; /* ordering = "key": the pending rows the claim looked at (>= n) */
+        size_t in_view; /* ordering = "key": the pending rows in the claim's view (>= n); with
+                         * nothing paused counted up to limit + 1 only, which tells the same
+                         * (share_next_wait: did it leave rows it looked at?) */
 };
 
 /* What to record about a row that was not delivered. */

@@ -73,12 +73,13 @@ struct share_claim share_claim(const struct share *s, unsigned p, int limit);
 struct share_claim share_take(struct share *s, unsigned p, int limit);
 
 /* After a claim that returned `got` of up to `limit` rows, having looked at `in_view` pending
- * rows: how long until the next claim, 0 for at once. A full batch: at once. A short batch that
- * took every row it looked at: the table is drained, wait `poll_interval` (a notification comes
- * sooner). A short batch that left rows it looked at: they are in other relays' open batches,
- * which end within milliseconds, or in buckets outside this claim's share, which the next claim
- * (a share further round) takes: at once. An empty claim
- * (which says nothing about what it looked at): alone (no other relay's pipeline), the table is
- * drained (`poll_interval`); with others, their open batches may hold every row in view:
- * SHARE_BUSY_WAIT, doubling for each empty claim in a row, up to `poll_interval`. */
+ * rows (a count that stops at limit + 1 tells all this needs): how long until the next claim, 0
+ * for at once. A full batch: at once. A short batch that took every row it looked at: the table
+ * is drained, wait `poll_interval` (a notification comes sooner). A short batch that left rows
+ * it looked at: they are in other relays' open batches, which end within milliseconds, or in
+ * buckets outside this claim's share, which the next claim (a share further round) takes: at
+ * once. An empty claim (which says nothing about what it looked at): alone (no other relay's
+ * pipeline), the table is drained (`poll_interval`); with others, their open batches may hold
+ * every row in view: SHARE_BUSY_WAIT, doubling for each empty claim in a row, up to
+ * `poll_interval`. */
 usec_t share_next_wait(struct share *s, size_t got, size_t in_view, int limit, usec_t poll_interval);

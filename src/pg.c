@@ -327,17 +327,23 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
         "   AND o.published_at IS NULL AND o.dead_at IS NULL"                                   \
         " ORDER BY o.id LIMIT $1 FOR UPDATE"
 /* Nothing paused: $2 first bucket, $3 depth, $4 lock class, $5 floor, $6 buckets to take. The
- * head is the first $3 pending rows, counted from the index: how many there are (the rows in
- * view, share_next_wait) and the last one's id (the walk's end). The buckets: a bit mask of
+ * head is the first $1 + 1 pending rows, counted from the index: how many there are (the rows in
+ * view: at most a batch is a trickle, share_next_wait needs no more) and the last one's id. The
+ * walk ends there for a trickle, else $3 - $1 - 1 ids further: ids are unique, so it reads at
+ * most $3 pending rows, and a share whose buckets hold no pending row never reads the whole
+ * backlog. (Counting all $3 rows cost as much as the rest of the head and walk did over the
+ * others' rows: docs/ordering.md, "A head of one batch".) The buckets: a bit mask of
  * those the claim got, tried from $2 round until it got $6 of them. When the rows in view fit
  * in one batch (a nearly drained table, a trickle) it tries every bucket those rows are in, and
  * no other: a bucket without a row in view stays free for the others, and a relay frozen in the
  * middle of its batch holds up only keys it had rows of. */
 static const char claim_ordered_tmpl[] =
         "WITH head(n, last) AS MATERIALIZED ("
-        "  SELECT count(*), max(h.id) FROM (SELECT o.id FROM {table} o"
+        "  SELECT count(*), CASE WHEN count(*) <= $1::int8 THEN max(h.id)"
+        "   ELSE max(h.id) + least($3::int8 - $1::int8 - 1, 9223372036854775807 - greatest(max(h.id), 0)) END"
+        "  FROM (SELECT o.id FROM {table} o"
         "   WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $5::int8"
-        "   ORDER BY o.id LIMIT $3::int8) h),"
+        "   ORDER BY o.id LIMIT $1::int8 + 1) h),"
         " want(w) AS MATERIALIZED ("
         "  SELECT CASE WHEN (SELECT n FROM head) <= $1::int8 THEN"
         "   (SELECT bit_or(set_bit(0::bit(256), " BUCKET_EXPR ", 1)) FROM {table} o"

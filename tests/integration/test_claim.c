@@ -133,15 +133,15 @@ static void assert_id_order(const struct pg_batch *b) {
 
 /* Before a claim whose work is counted: the backend's pending statistics are flushed (and
  * reset) when this statement ends, so what tuples_read_in_tx() finds is the claim's alone. */
-static void stats_reset(void) {
-        PQclear(PQexec(pg.conn, "SELECT pg_stat_force_next_flush()"));
+static void stats_reset(PGconn *c) {
+        PQclear(PQexec(c, "SELECT pg_stat_force_next_flush()"));
 }
 
 /* What one claim read (index entries and heap tuples returned by scans of the table and its
  * indexes), from the backend's own statistics: a count of work that does not depend on how busy
  * the machine is. */
-static int64_t tuples_read_in_tx(void) {
-        PGresult *res = PQexec(pg.conn,
+static int64_t tuples_read_in_tx(PGconn *c) {
+        PGresult *res = PQexec(c,
                                "SELECT pg_stat_get_xact_tuples_returned('outbox'::regclass)"
                                " + (SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid))"
                                "      FROM pg_index WHERE indrelid = 'outbox'::regclass)");
@@ -166,7 +166,7 @@ static struct claim_run measure(const struct pg_skip *skip, void (*check)(const 
                 int r;
 
                 if (i == 0)
-                        stats_reset();
+                        stats_reset(pg.conn);
                 t0 = now_usec();
                 r = pg_claim(&pg, LIMIT, skip, NULL, &b, now_usec() + 60 * USEC_PER_SEC, err, sizeof(err));
 
@@ -175,7 +175,7 @@ static struct claim_run measure(const struct pg_skip *skip, void (*check)(const 
                         fail_msg("pg_claim: %s", err);
                 assert_true(b.n > 0); /* else it committed, and the statistics are gone */
                 if (i == 0) {
-                        out.tuples_read = tuples_read_in_tx();
+                        out.tuples_read = tuples_read_in_tx(pg.conn);
                         if (check)
                                 check(&b);
                 }
@@ -586,6 +586,57 @@ static void a_trickle_locks_only_its_buckets(void **state) {
         ts_pg_exec(admin, "DELETE FROM outbox WHERE topic = '%s'", t);
 }
 
+/* ordering = "key", sharing: a claim whose buckets hold few of the rows in view reads at most
+ * `depth` pending rows, whatever the backlog behind them. It counts the first batch + 1 pending
+ * rows (enough to tell a trickle from a backlog, share_next_wait) and walks no further than
+ * depth - batch - 1 ids past the last of them: ids are unique, so that is at most `depth` rows. */
+static void a_share_reads_at_most_its_depth(void **state) {
+        _cleanup_free_ char *t = ts_topic("tc-depth");
+        struct relay_config kcfg;
+        struct pg a, b;
+        struct pg_order share = { 0, 3 * LIMIT, false, 0, 0, SHARE_BUCKETS / 2 };
+        struct pg_batch got;
+        int64_t hot, mine = -1, read;
+        char err[512];
+
+        (void)state;
+        connect_two(&kcfg, &a, &b);
+        hot = ts_pg_int(admin, "SELECT hashtextextended('%s' || E'\\x1f' || 'hot', 0) & 255", t);
+        /* A key in the share, which starts right after the hot key's bucket. */
+        for (int k = 0; k < 1000 && mine < 0; k++)
+                if (((ts_pg_int(admin, "SELECT hashtextextended('%s' || E'\\x1f' || 'm%d', 0) & 255", t, k) -
+                      hot - 1) &
+                     255) < SHARE_BUCKETS / 2)
+                        mine = k;
+        assert_true(mine >= 0);
+        share.first = (unsigned)((hot + 1) & 255);
+        ts_pg_exec(admin, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'm%lld', 'first')", t,
+                   (long long)mine);
+        ts_pg_exec(admin,
+                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'hot', 'x' FROM generate_series(1, "
+                   "20000)",
+                   t);
+        ts_pg_exec(admin, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'm%lld', 'last')", t,
+                   (long long)mine);
+        ts_pg_exec(admin, "VACUUM ANALYZE outbox");
+        stats_reset(a.conn);
+        if (pg_claim(&a, LIMIT, NULL, &share, &got, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0)
+                fail_msg("pg_claim: %s", err);
+        assert_int_equal(got.n, 1); /* the first row of its key; the last is out of view */
+        assert_int_equal(got.in_view, LIMIT + 1);
+        read = tuples_read_in_tx(a.conn);
+        print_message("# a share of the buckets, %d rows deep, behind 20,000 rows of another bucket: %lld "
+                      "index entries and rows read\n",
+                      share.depth, (long long)read);
+        assert_true(read <= 3 * share.depth);
+        pg_batch_clear(&got);
+        pg_rollback(&a, now_usec() + 5 * USEC_PER_SEC);
+        pg_done(&a);
+        pg_done(&b);
+        config_free(&kcfg);
+        ts_pg_exec(admin, "DELETE FROM outbox WHERE topic = '%s'", t);
+}
+
 /* Defect: some error returns left err unwritten, and the caller logged an uninitialised buffer. */
 static void assert_err(const char *err, const char *what) {
         fprintf(stderr, "  err: '%s'\n", err);
@@ -707,6 +758,7 @@ int main(void) {
                 cmocka_unit_test_setup(errors_are_explained, connect_pg),
                 cmocka_unit_test_setup(alone_and_shared_keep_order, connect_pg),
                 cmocka_unit_test_setup(a_trickle_locks_only_its_buckets, connect_pg),
+                cmocka_unit_test_setup(a_share_reads_at_most_its_depth, connect_pg),
         };
 
         ts_env("PGPORT");
