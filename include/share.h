@@ -61,10 +61,11 @@ bool share_update(struct share *s, const int *slots, size_t n, const int *own, s
  * (R + 1)th, which left one share free whatever the others held, made every claim read about
  * one batch more of rows for each it took, and drained slower: docs/ordering.md.) The pipelines
  * start evenly spread over the buckets, and each claim (share_take) starts a share further
- * round, so every bucket comes up in turn whatever the others do. The claim looks (R + 2)
+ * round, so every bucket comes up in turn whatever the others do. The claim looks (2R + 2)
  * batches deep, at most SHARE_DEPTH_MAX: the first rows in view may be the other relays' open
- * batches (one each while they share, overlap.h), and a share holds about an Rth of the
- * rest. Alone (no pipeline but ours) it takes no bucket at all and looks one batch deep: our
+ * batches (one each while they share, overlap.h), and a share holds about an Rth of the rest,
+ * often less when keys are few. It counts one batch of them only and walks no further than it
+ * needs to fill its batch (pg.c), so a deeper view costs only where the share is sparse. Alone (no pipeline but ours) it takes no bucket at all and looks one batch deep: our
  * own pipelines chain their claims instead (overlap.h), and a stale view costs a wait for the
  * others' rows, never order (pg.c). */
 struct share_claim share_claim(const struct share *s, unsigned p, int limit);
