@@ -149,6 +149,7 @@ struct pg_order {
         int64_t start; /* the first id to claim (a chain, overlap.h); 0: from pg->claim_floor */
         usec_t lock_wait; /* the longest a lock is waited for (0: statement_timeout); then -EAGAIN */
         unsigned buckets; /* sharing: how many buckets to take at most (0: every free one) */
+        int skip_depth; /* while something is paused: candidates to look at (0: depth) */
 };
 
 /* BEGIN and claim up to `limit` rows in id order, one round trip, leaving out what `skip`

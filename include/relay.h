@@ -87,7 +87,7 @@ struct relay {
         usec_t next_members; /* when to look at the members again */
         bool pooler_said; /* the lost session lock was logged */
         size_t last_keys; /* distinct (topic, key) pairs of the last batch */
-        size_t last_in_view; /* ordering = "key": the pending rows the last claim looked at */
+        size_t last_in_view; /* ordering = "key": the pending rows the last claim looked at (pg.h) */
         int last_got; /* rows the last claim took (-1: none yet) */
         usec_t backlog_at; /* when a claim last left rows to claim at once (floor_busy), 0: never */
 

@@ -39,6 +39,8 @@ struct share {
 struct share_claim {
         unsigned first;
         int depth;
+        int skip_depth; /* while something is paused: how many candidates it looks at (R + 2
+                         * batches; that claim counts and hashes every one, docs/claim.md) */
         unsigned buckets; /* how many buckets the claim takes at most (1 .. SHARE_BUCKETS) */
         bool alone; /* no other relay's pipeline in view: the claim takes no bucket (pg.c) */
 };
@@ -64,10 +66,12 @@ bool share_update(struct share *s, const int *slots, size_t n, const int *own, s
  * round, so every bucket comes up in turn whatever the others do. The claim looks (2R + 2)
  * batches deep, at most SHARE_DEPTH_MAX: the first rows in view may be the other relays' open
  * batches (one each while they share, overlap.h), and a share holds about an Rth of the rest,
- * often less when keys are few. It counts one batch of them only and walks no further than it
- * needs to fill its batch (pg.c), so a deeper view costs only where the share is sparse. Alone (no pipeline but ours) it takes no bucket at all and looks one batch deep: our
- * own pipelines chain their claims instead (overlap.h), and a stale view costs a wait for the
- * others' rows, never order (pg.c). */
+ * often less when keys are few. With nothing paused it counts a batch + 1 of them only and
+ * walks no further than it needs to fill its batch (pg.c), so a deeper view costs only where the
+ * share is sparse; while something is paused the claim counts and hashes every candidate, and
+ * looks R + 2 batches deep (skip_depth). Alone (no pipeline but ours) it takes no bucket at all
+ * and looks one batch deep: our own pipelines chain their claims instead (overlap.h), and a
+ * stale view costs a wait for the others' rows, never order (pg.c). */
 struct share_claim share_claim(const struct share *s, unsigned p, int limit);
 
 /* share_claim() for the claim about to be made: the next one starts further round. */

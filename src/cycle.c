@@ -162,7 +162,7 @@ static int claim(struct relay *r, struct lane *lane, int limit, bool probe, int6
         _cleanup_free_ const char **key_topics = calloc(n_keys + 1, sizeof(char *));
         _cleanup_free_ const char **keys = calloc(n_keys + 1, sizeof(char *));
         struct pg_skip skip = { .topics = topics, .key_topics = key_topics, .keys = keys };
-        struct pg_order order = { 0, limit, false, start, lock_wait, 0 };
+        struct pg_order order = { .depth = limit, .start = start, .lock_wait = lock_wait };
 
         if (!topics || !key_topics || !keys) {
                 snprintf(err, errsz, "claim: out of memory");
@@ -179,7 +179,13 @@ static int claim(struct relay *r, struct lane *lane, int limit, bool probe, int6
                  * other relays' open batches hold. */
                 struct share_claim sc = share_take(&r->share, lane->index, limit);
 
-                order = (struct pg_order){ sc.first, sc.depth, sc.alone, start, lock_wait, sc.buckets };
+                order = (struct pg_order){ .first = sc.first,
+                                           .depth = sc.depth,
+                                           .alone = sc.alone,
+                                           .start = start,
+                                           .lock_wait = lock_wait,
+                                           .buckets = sc.buckets,
+                                           .skip_depth = sc.skip_depth };
                 c->covers = c->covers && sc.alone;
         }
         return pg_claim_start(&lane->pg, limit, &skip, &order, &c->claimed, c->deadline, err, errsz);

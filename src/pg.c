@@ -281,7 +281,7 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
  * The locks are taken before any row, each bucket once: the claim tries the buckets one by one,
  * starting at the bucket share.c gives and going round, each tried once, until it got as many
  * as share.c says (a share of them, or every one with rows in view when those fit in one
- * batch); then one walk in id order over the first `depth` pending rows takes the rows of the
+ * batch); then one walk in id order over at most `depth` pending rows takes the rows of the
  * buckets it got (a 256-bit mask, one bit test per row). A lock tried row by row in the walk's
  * filter is not enough: the holder can commit in the middle of the walk, so the bucket is
  * refused at a key's earlier rows and granted at a later one, which then goes first (seen with
@@ -1316,7 +1316,7 @@ int pg_claim_start(struct pg *pg, int limit, const struct pg_skip *skip, const s
         const char *params[8] = { lim };
         const char *sql, *stmt;
         bool ordered = pg->cfg->relay.ordering == ORDERING_KEY;
-        struct pg_order all = { 0, limit, false, 0, 0, 0 };
+        struct pg_order all = { .depth = limit };
         int nparams = 1;
         int r;
 
@@ -1349,7 +1349,8 @@ int pg_claim_start(struct pg *pg, int limit, const struct pg_skip *skip, const s
                 stmt = stmt_claim_alone;
         } else if (ordered) {
                 /* $2 first bucket, $3 depth, $4 lock class, $5 floor, $6 buckets to take */
-                snprintf(depth, sizeof(depth), "%d", order->depth > limit ? order->depth : limit);
+                /* at least a batch + 1: the head tells a backlog from a trickle */
+                snprintf(depth, sizeof(depth), "%d", order->depth > limit ? order->depth : limit + 1);
                 snprintf(buckets, sizeof(buckets), "%u",
                          order->buckets > 0 && order->buckets < SHARE_BUCKETS ? order->buckets
                                                                               : SHARE_BUCKETS);
@@ -1377,8 +1378,10 @@ int pg_claim_start(struct pg *pg, int limit, const struct pg_skip *skip, const s
                  * "none" look four batches deep, so a relay behind up to three others still gets a
                  * full batch (docs/claim.md, "Depth"); with "key" as deep as the caller says (the
                  * other relays' buckets are among the candidates). */
+                int deep = order->skip_depth > 0 ? order->skip_depth : order->depth;
+
                 snprintf(depth, sizeof(depth), "%lld",
-                         ordered ? (long long)(order->depth > limit ? order->depth : limit)
+                         ordered ? (long long)(deep > limit ? deep : limit)
                                  : (long long)limit * (pg->cfg->relay.ordering == ORDERING_NONE ? 4 : 1));
                 params[1] = topics;
                 params[2] = key_topics;

@@ -76,7 +76,7 @@ struct share_claim share_claim(const struct share *s, unsigned p, int limit) {
         bool alone = members <= s->own || members <= 1;
         /* Sharing, every relay has one batch in flight at most (overlap.c). */
         unsigned relays = s->relays ? s->relays : members;
-        unsigned batches = alone ? 1 : 2 * relays + 2;
+        unsigned batches = alone ? 1 : 2 * relays + 2, skip_batches = alone ? 1 : relays + 2;
         /* An Rth of the buckets, rounded up (share.h). */
         unsigned buckets = alone ? SHARE_BUCKETS : (SHARE_BUCKETS + relays - 1) / relays;
         unsigned rank = p < SHARE_PIPELINES_MAX ? s->rank[p] : 0;
@@ -84,9 +84,12 @@ struct share_claim share_claim(const struct share *s, unsigned p, int limit) {
 
         if (batches > SHARE_DEPTH_MAX)
                 batches = SHARE_DEPTH_MAX;
+        if (skip_batches > SHARE_DEPTH_MAX)
+                skip_batches = SHARE_DEPTH_MAX;
         return (struct share_claim){
                 .first = (unsigned)((base + (unsigned long)(alone ? 0 : s->turn) * buckets) % SHARE_BUCKETS),
                 .depth = limit > 0 ? (int)batches * limit : 1,
+                .skip_depth = limit > 0 ? (int)skip_batches * limit : 1,
                 .buckets = buckets,
                 .alone = alone,
         };

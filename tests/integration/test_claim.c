@@ -393,8 +393,8 @@ static void alone_and_shared_keep_order(void **state) {
         /* A sharing claim takes a share of the buckets, from the first round: here the bucket of
          * k0 alone; the second tries every bucket from that one round, and is refused k0's
          * (their first buckets are set below). */
-        const struct pg_order alone = { 0, LIMIT, true, 0, 0, 0 };
-        struct pg_order shared = { 0, 3 * LIMIT, false, 0, 0, 1 }, shared2 = { 0, 3 * LIMIT, false, 0, 0, 0 };
+        const struct pg_order alone = { .depth = LIMIT, .alone = true };
+        struct pg_order shared = { .depth = 3 * LIMIT, .buckets = 1 }, shared2 = { .depth = 3 * LIMIT };
         unsigned bucket_of[7];
         const struct {
                 const struct pg_order *first, *second;
@@ -525,8 +525,7 @@ static void a_trickle_locks_only_its_buckets(void **state) {
         _cleanup_free_ char *t = ts_topic("tc-trickle");
         struct relay_config kcfg;
         struct pg a, b;
-        const struct pg_order shared = { 0, 3 * LIMIT, false, 0, 0, 1 },
-                              all = { 0, 3 * LIMIT, false, 0, 0, 0 };
+        const struct pg_order shared = { .depth = 3 * LIMIT, .buckets = 1 }, all = { .depth = 3 * LIMIT };
         struct pg_batch held, none, later;
         int64_t buckets;
         int fresh = -1;
@@ -589,15 +588,14 @@ static void a_trickle_locks_only_its_buckets(void **state) {
 /* ordering = "key", sharing: a claim whose buckets hold few of the rows in view reads at most
  * `depth` pending rows, whatever the backlog behind them. It counts the first batch + 1 pending
  * rows (enough to tell a trickle from a backlog, share_next_wait) and walks no further than
- * depth - batch - 1 ids past the last of them: ids are unique, so that is at most `depth` rows. */
+ * depth - batch - 1 ids past the last of them: ids are unique, so that is at most `depth` rows.
+ * A row of its share at the depth-th place is in view, one at the next place is not. */
 static void a_share_reads_at_most_its_depth(void **state) {
         _cleanup_free_ char *t = ts_topic("tc-depth");
         struct relay_config kcfg;
         struct pg a, b;
-        struct pg_order share = { 0, 3 * LIMIT, false, 0, 0, SHARE_BUCKETS / 2 };
-        struct pg_batch got;
-        int64_t hot, mine = -1, read;
-        char err[512];
+        struct pg_order share = { .depth = 3 * LIMIT, .buckets = SHARE_BUCKETS / 2 };
+        int64_t hot, mine = -1;
 
         (void)state;
         connect_two(&kcfg, &a, &b);
@@ -610,31 +608,39 @@ static void a_share_reads_at_most_its_depth(void **state) {
                         mine = k;
         assert_true(mine >= 0);
         share.first = (unsigned)((hot + 1) & 255);
-        ts_pg_exec(admin, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'm%lld', 'first')", t,
-                   (long long)mine);
-        ts_pg_exec(admin,
-                   "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'hot', 'x' FROM generate_series(1, "
-                   "20000)",
-                   t);
-        ts_pg_exec(admin, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'm%lld', 'last')", t,
-                   (long long)mine);
-        ts_pg_exec(admin, "VACUUM ANALYZE outbox");
-        stats_reset(a.conn);
-        if (pg_claim(&a, LIMIT, NULL, &share, &got, now_usec() + 10 * USEC_PER_SEC, err, sizeof(err)) < 0)
-                fail_msg("pg_claim: %s", err);
-        assert_int_equal(got.n, 1); /* the first row of its key; the last is out of view */
-        assert_int_equal(got.in_view, LIMIT + 1);
-        read = tuples_read_in_tx(a.conn);
-        print_message("# a share of the buckets, %d rows deep, behind 20,000 rows of another bucket: %lld "
-                      "index entries and rows read\n",
-                      share.depth, (long long)read);
-        assert_true(read <= 3 * share.depth);
-        pg_batch_clear(&got);
-        pg_rollback(&a, now_usec() + 5 * USEC_PER_SEC);
+        for (int second = share.depth; second <= share.depth + 1; second++) {
+                struct pg_batch got;
+                int64_t read;
+                char err[512];
+
+                /* The key's first row first, its second at place `second`, 20,000 of the hot key
+                 * around it: one statement, so the ids follow each other. */
+                ts_pg_exec(admin,
+                           "INSERT INTO outbox (topic, key, payload) SELECT '%s',"
+                           " CASE WHEN g IN (1, %d) THEN 'm%lld' ELSE 'hot' END, 'x'"
+                           " FROM generate_series(1, 20000) g ORDER BY g",
+                           t, second, (long long)mine);
+                settle();
+                share.start = ts_pg_int(admin, "SELECT min(id) FROM outbox WHERE topic = '%s'", t);
+                stats_reset(a.conn);
+                if (pg_claim(&a, LIMIT, NULL, &share, &got, now_usec() + 10 * USEC_PER_SEC, err,
+                             sizeof(err)) < 0)
+                        fail_msg("pg_claim: %s", err);
+                read = tuples_read_in_tx(a.conn);
+                print_message("# a share of the buckets, %d rows deep, its key's second row at place %d of "
+                              "20,000: %zu row(s), %zu in view, %lld index entries and rows read\n",
+                              share.depth, second, got.n, got.in_view, (long long)read);
+                assert_int_equal(got.n, second == share.depth ? 2 : 1);
+                assert_int_equal(got.in_view, LIMIT + 1);
+                /* the head's batch + 1 entries and the walk's `depth` (20,000 without a bound) */
+                assert_true(read <= share.depth + LIMIT + 1 + 10);
+                pg_batch_clear(&got);
+                pg_rollback(&a, now_usec() + 5 * USEC_PER_SEC);
+                ts_pg_exec(admin, "DELETE FROM outbox WHERE topic = '%s'", t);
+        }
         pg_done(&a);
         pg_done(&b);
         config_free(&kcfg);
-        ts_pg_exec(admin, "DELETE FROM outbox WHERE topic = '%s'", t);
 }
 
 /* Defect: some error returns left err unwritten, and the caller logged an uninitialised buffer. */

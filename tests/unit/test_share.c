@@ -81,26 +81,31 @@ struct claim_case {
         int depth;
         unsigned buckets;
         bool alone;
+        int skip_depth; /* while something is paused */
 };
 
 static const struct claim_case claims[] = {
-        { "alone: no bucket, one batch deep", 1, 1, 0, 500, 0, 0, 500, 256, true },
-        { "alone with two pipelines of ours: still alone (they chain)", 2, 2, 1, 500, 0, 128, 500, 256,
-          true },
-        { "first of two: half the buckets, six batches deep", 2, 1, 0, 500, 0, 0, 3000, 128, false },
-        { "second of two: half way round", 2, 1, 1, 500, 0, 128, 3000, 128, false },
-        { "third of three: a third of the buckets, rounded up", 3, 1, 2, 1000, 0, 170, 8000, 86, false },
-        { "second of three", 3, 1, 1, 1000, 0, 85, 8000, 86, false },
+        { "alone: no bucket, one batch deep", 1, 1, 0, 500, 0, 0, 500, 256, true, 500 },
+        { "alone with two pipelines of ours: still alone (they chain)", 2, 2, 1, 500, 0, 128, 500, 256, true,
+          500 },
+        { "first of two: half the buckets, six batches deep (four while something is paused)", 2, 1, 0, 500,
+          0, 0, 3000, 128, false, 2000 },
+        { "second of two: half way round", 2, 1, 1, 500, 0, 128, 3000, 128, false, 2000 },
+        { "third of three: a third of the buckets, rounded up", 3, 1, 2, 1000, 0, 170, 8000, 86, false,
+          5000 },
+        { "second of three", 3, 1, 1, 1000, 0, 85, 8000, 86, false, 5000 },
         { "two of ours and two others: four members, depth capped", 4, 2, 3, 100, 0, 192,
-          SHARE_DEPTH_MAX * 100, 64, false },
-        { "seven pipelines: depth capped", 7, 1, 6, 100, 0, 219, SHARE_DEPTH_MAX * 100, 37, false },
-        { "a rank past the count (stale view) wraps", 2, 1, 5, 10, 0, 128, 60, 128, false },
-        { "a probe of 5 rows", 2, 1, 0, 5, 0, 0, 30, 128, false },
-        { "no members counted is one", 0, 1, 0, 50, 0, 0, 50, 256, true },
+          SHARE_DEPTH_MAX * 100, 64, false, 600 },
+        { "seven pipelines: depth capped", 7, 1, 6, 100, 0, 219, SHARE_DEPTH_MAX * 100, 37, false,
+          SHARE_DEPTH_MAX * 100 },
+        { "a rank past the count (stale view) wraps", 2, 1, 5, 10, 0, 128, 60, 128, false, 40 },
+        { "a probe of 5 rows", 2, 1, 0, 5, 0, 0, 30, 128, false, 20 },
+        { "no members counted is one", 0, 1, 0, 50, 0, 0, 50, 256, true, 50 },
         { "three relays of two pipelines: eight batches deep (one batch each in flight)", 6, 2, 2, 2000, 3,
-          85, 16000, 86, false },
-        { "two relays of two pipelines: six batches deep", 4, 2, 2, 100, 2, 128, 600, 128, false },
-        { "nine relays: depth capped", 9, 1, 0, 100, 9, 0, SHARE_DEPTH_MAX * 100, 29, false },
+          85, 16000, 86, false, 10000 },
+        { "two relays of two pipelines: six batches deep", 4, 2, 2, 100, 2, 128, 600, 128, false, 400 },
+        { "nine relays: depth capped", 9, 1, 0, 100, 9, 0, SHARE_DEPTH_MAX * 100, 29, false,
+          SHARE_DEPTH_MAX * 100 },
 };
 
 static void claim_table(void **state) {
@@ -115,6 +120,7 @@ static void claim_table(void **state) {
                 print_message("# %s\n", c->name);
                 assert_int_equal(sc.first, c->first);
                 assert_int_equal(sc.depth, c->depth);
+                assert_int_equal(sc.skip_depth, c->skip_depth);
                 assert_int_equal(sc.buckets, c->buckets);
                 assert_int_equal(sc.alone, c->alone);
                 assert_true(sc.first < SHARE_BUCKETS);
