@@ -32,8 +32,8 @@ void relay_run_retention(struct relay *r, usec_t now) {
         r->next_retention = now_usec() + (n == RETENTION_BATCH ? 100 * USEC_PER_MSEC : RETENTION_EVERY);
 }
 
-/* The claim floor (floor.h): a look every second between batches (every 200 ms while relays that
- * share the table find a backlog, floor_busy), and now and then the guard below it; nothing when
+/* The claim floor (floor.h): a look every second between batches (every 200 ms while a backlog
+ * waits on it, floor_busy), and now and then the guard below it; nothing when
  * neither is due. A look that fails changes nothing (the floor stays as safe as it was). */
 void relay_step_floor(struct relay *r, usec_t now) {
         bool guard = floor_guard_due(&r->floor, now);
@@ -41,7 +41,10 @@ void relay_step_floor(struct relay *r, usec_t now) {
         int64_t before = r->floor.at;
         char err[512];
 
-        if (!guard && !floor_step_due(&r->floor, now, floor_busy(relay_sharing(r), r->backlog_at, now)))
+        if (!guard &&
+            !floor_step_due(&r->floor, now,
+                            floor_busy(&r->floor, relay_sharing(r), r->cfg->relay.ordering != ORDERING_NONE,
+                                       r->overlap.end, r->backlog_at, now)))
                 return;
         deadline = relay_db_deadline(r, now);
         if (guard) {

@@ -333,31 +333,47 @@ static void due_table(void **state) {
         }
 }
 
-/* Whether the floor looks every FLOOR_STEP_BUSY_INTERVAL: sharing, and a claim left a backlog less
- * than FLOOR_STEP_INTERVAL ago. */
+/* Whether the floor looks every FLOOR_STEP_BUSY_INTERVAL: a claim left a backlog less than
+ * FLOOR_STEP_INTERVAL ago, and the relay shares the table in key order, or is alone in key order
+ * with its newest claim past the ids the floor has proven. */
 static const struct busy_case {
         const char *name;
-        bool sharing;
+        bool sharing, ordered;
+        int64_t chain_end, proven;
         usec_t backlog_at, now;
         bool busy;
 } busy_cases[] = {
-        { "sharing, a backlog just now", true, 5 * S, 5 * S, true },
-        { "sharing, a backlog just under a second ago", true, 5 * S, 6 * S - 1, true },
-        { "sharing, a backlog a second ago (idle, breaker open, reconnecting): not busy", true, 5 * S, 6 * S,
-          false },
-        { "sharing, never a backlog", true, 0, 5 * S, false },
-        { "alone or \"none\", a backlog just now: not busy (claims follow their chain)", false, 5 * S, 5 * S,
-          false },
-        { "a clock that went back: not busy", true, 5 * S, 4 * S, false },
+        { "sharing, a backlog just now", true, true, 0, 0, 5 * S, 5 * S, true },
+        { "sharing, a backlog just under a second ago", true, true, 0, 0, 5 * S, 6 * S - 1, true },
+        { "sharing, a backlog a second ago (idle, breaker open, reconnecting): not busy", true, true, 0, 0,
+          5 * S, 6 * S, false },
+        { "sharing, never a backlog", true, true, 0, 0, 0, 5 * S, false },
+        { "sharing, the chain proven: busy all the same (every claim starts at the floor)", true, true, 100,
+          200, 5 * S, 5 * S, true },
+        { "a clock that went back: not busy", true, true, 0, 0, 5 * S, 4 * S, false },
+        { "alone in key order, nothing proven yet (a drain starts): busy", false, true, 2000, 0, 5 * S, 5 * S,
+          true },
+        { "alone in key order, the chain past the proven ids: busy", false, true, 2001, 2000, 5 * S,
+          5 * S + S / 2, true },
+        { "alone in key order, the chain within the proven ids: not busy (claims follow their chain)", false,
+          true, 2000, 2000, 5 * S, 5 * S, false },
+        { "alone in key order, past the proven ids, a backlog a second ago: not busy", false, true, 2001,
+          2000, 5 * S, 6 * S, false },
+        { "\"none\", the chain past the proven ids: not busy (it chains without the floor)", false, false,
+          2001, 0, 5 * S, 5 * S, false },
 };
 
 static void busy_table(void **state) {
         (void)state;
         for (size_t i = 0; i < ELEMENTSOF(busy_cases); i++) {
                 const struct busy_case *c = &busy_cases[i];
+                struct floor f;
 
+                floor_init(&f, 0);
+                f.proven = c->proven;
                 print_message("# %s\n", c->name);
-                assert_int_equal(floor_busy(c->sharing, c->backlog_at, c->now), c->busy);
+                assert_int_equal(floor_busy(&f, c->sharing, c->ordered, c->chain_end, c->backlog_at, c->now),
+                                 c->busy);
         }
 }
 
