@@ -49,7 +49,6 @@ struct relay {
         struct cycle *flight[2 * SHARE_PIPELINES_MAX]; /* active ones, and done ones a claim may follow */
         size_t n_flight;
         struct overlap overlap;
-        bool flight_moved; /* a batch finished this turn: later ones' waiting rows look again */
         struct kafka kafka;
         struct notifier notifier;
         struct rng rng;

@@ -490,7 +490,7 @@ bool cycle_ready(struct relay *r, struct cycle *c, usec_t now) {
         if (c->b.waiting > 0) {
                 if (late || r->sig->hard_stop)
                         stop_waiting(c);
-                else if (c->seen != before || r->flight_moved)
+                else if (c->seen != before)
                         decide_waiting(r, c);
         }
         return c->b.waiting == 0 && (c->outstanding == 0 || late);
