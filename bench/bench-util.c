@@ -19,7 +19,12 @@
  *
  * The drain probe walks the pending-row index ("is any pending row left?") instead of a full
  * count(*): a sequential count over a 1M-row table every 200 ms would take a large share of a
- * 2-core machine away from the relay being measured. A full count(*) runs once at the end and
+ * 2-core machine away from the relay being measured. It starts at the lowest pending id it found
+ * last time, as the relay's claim floor does. From the index's start every probe stepped over the
+ * entries of every row finished so far (not yet vacuumed): 7.091-8.837 ms and 2,122-2,208 buffers a
+ * probe in 1M-row drains, ten probes a second. From the last lowest id: 3.911-4.407 ms and 816-822
+ * buffers (the rows finished since the last probe). A probe that finds none there looks once more
+ * from the start before the drain counts as done, and a full count(*) runs once at the end and
  * must be 0. */
 #include <errno.h>
 #include <getopt.h>
@@ -348,9 +353,12 @@ static void sample(PGconn *pg, const char *app, long *samples) {
 
 static int wait_drain(const char *conninfo, long timeout_s, long interval_ms, pid_t pid,
                       const char *sample_app, long sample_ms) {
-        /* Same predicate as the claim, so the partial index answers it. */
-        static const char probe[] = "SELECT count(*) FROM (SELECT 1 FROM outbox WHERE published_at IS NULL"
-                                    " AND dead_at IS NULL ORDER BY id LIMIT 1) s";
+        /* Same predicate as the claim, so the partial index answers it: the lowest pending id at
+         * or above `from`. */
+        static const char probe_fmt[] = "SELECT id FROM outbox WHERE published_at IS NULL"
+                                        " AND dead_at IS NULL AND id >= %" PRId64 " ORDER BY id LIMIT 1";
+        char probe[sizeof(probe_fmt) + 24];
+        int64_t from = 0;
         PGconn *pg = PQconnectdb(conninfo);
         int64_t start = clock_us(CLOCK_MONOTONIC), deadline = start + timeout_s * 1000000LL;
         int64_t next_probe = start, tick = (sample_app ? sample_ms : interval_ms) * 1000;
@@ -368,10 +376,18 @@ static int wait_drain(const char *conninfo, long timeout_s, long interval_ms, pi
                         bool left;
 
                         next_probe += interval_ms * 1000;
-                        res = query(pg, probe);
-                        polls++;
-                        left = strcmp(PQgetvalue(res, 0, 0), "0") != 0;
-                        PQclear(res);
+                        for (;;) {
+                                snprintf(probe, sizeof(probe), probe_fmt, from);
+                                res = query(pg, probe);
+                                polls++;
+                                left = PQntuples(res) > 0;
+                                if (left)
+                                        from = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+                                PQclear(res);
+                                if (left || from == 0)
+                                        break;
+                                from = 0; /* none above: once more from the start */
+                        }
                         if (!left)
                                 break;
                         if (pid > 0 && kill(pid, 0) != 0)
