@@ -1408,27 +1408,34 @@ int pg_claim_start(struct pg *pg, int limit, const struct pg_skip *skip, const s
                  * waits (order->lock_wait): with other batches of this relay in flight, a claim
                  * that waited for a lock (a row another relay holds; the table, queued behind an
                  * ALTER TABLE or a TRUNCATE that itself waits for one of those batches) would hold
-                 * up the very loop that must finish them. */
-                char settings[256] = "";
+                 * up the very loop that must finish them. The bound is the claim's alone: the
+                 * statement after it puts the session's lock_timeout back for the rest of the
+                 * transaction, so the finish may wait for a lock (a CREATE INDEX's SHARE lock)
+                 * rather than roll back rows Kafka already has and send them again. */
+                char settings[256] = "", restore[96] = "";
                 size_t n = 0;
 
                 if (sql == pg->sql_claim_skip)
                         n += (size_t)snprintf(settings + n, sizeof(settings) - n,
                                               "SELECT set_config('enable_bitmapscan', 'off', true),"
                                               " set_config('plan_cache_mode', 'force_custom_plan', true)");
-                if (order->lock_wait)
+                if (order->lock_wait) {
                         n += (size_t)snprintf(
                                 settings + n, sizeof(settings) - n,
                                 "%s set_config('lock_timeout', '%llu', true)", n ? "," : "SELECT",
                                 (unsigned long long)((order->lock_wait + USEC_PER_MSEC - 1) / USEC_PER_MSEC));
+                        snprintf(restore, sizeof(restore), "SELECT set_config('lock_timeout', '%llu', true)",
+                                 (unsigned long long)(pg->lock_timeout / USEC_PER_MSEC));
+                }
                 if (!PQenterPipelineMode(pg->conn) ||
                     !PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
                     (n && !PQsendQueryParams(pg->conn, settings, 0, NULL, NULL, NULL, NULL, 0)) ||
                     !PQsendQueryPrepared(pg->conn, stmt, nparams, params, NULL, NULL, 1) ||
+                    (restore[0] && !PQsendQueryParams(pg->conn, restore, 0, NULL, NULL, NULL, NULL, 0)) ||
                     !PQpipelineSync(pg->conn))
                         return fail_conn(pg, -ECONNRESET, err, errsz, "claim");
                 pg->in_tx = true;
-                r = op_begin(pg, PG_OP_CLAIM, n ? 3 : 2, n ? 2 : 1, b, deadline);
+                r = op_begin(pg, PG_OP_CLAIM, 2 + (n > 0) + (restore[0] != 0), n ? 2 : 1, b, deadline);
                 if (r < 0)
                         return fail_conn(pg, r, err, errsz, "claim");
         }
