@@ -92,8 +92,8 @@ const char *floor_unusable(const struct floor_sequence *s);
  * - one in key order alone (`ordered`: "key" or "single") whose newest claim reached past the ids
  *   the floor has proven (`chain_end` > f->proven): a batch may be followed while in flight only
  *   if its ids were proven when it was claimed (overlap.h), so its claims overlap again only once
- *   a step has caught up. With a look a second a relay alone draining 1M rows had 1.551-1.650
- *   batches in flight on average, against 1.788-1.849 with a look every 200 ms and 1.843-1.865
+ *   a step has caught up. With a look a second a relay alone draining 1M rows had 1.550-1.649
+ *   batches in flight on average, against 1.788-1.849 with a look every 200 ms and 1.842-1.864
  *   with "none" (docs/claim.md, "The floor of a relay alone").
  * A relay with "none" chains its batches without the floor, and one whose chain is proven starts
  * at the floor only when its chain starts again: a look a second, as it reads pg_locks. */
