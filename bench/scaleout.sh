@@ -16,8 +16,8 @@
 # Environment: BENCH_ROWS [1000000], BENCH_WARMUP_ROWS [200000] (one unmeasured drain per mode
 # first), BENCH_BATCH [the relay's default], BENCH_BUILD [build/bench],
 # BENCH_DRAIN_TIMEOUT [360] seconds, BENCH_KEEP=1 keeps the test bed directory, BENCH_KEYS ["50 10000"]
-# and BENCH_RELAYS ["1 2 3"] choose the cases, BENCH_REPEAT [1] runs each pair of cases that many
-# times (the table shows medians).
+# and BENCH_RELAYS ["1 2 3"] choose the cases, BENCH_REPEAT [1] runs every pair of cases that many
+# times, in rounds (the table shows medians).
 set -euo pipefail
 
 SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -86,34 +86,39 @@ for ordering in key none; do
 done
 ROWS=$MEASURED_ROWS
 
-# The cases run in pairs, ordered and "none" at the same keys and relays, so a drift of the
-# machine over the run (caches, the broker's JIT, autovacuum) weighs on both sides of a ratio
-# alike; with BENCH_REPEAT > 1 every pair runs that many times, which goes first alternating,
-# and each case reports its median.
-declare -A RATE CPU
+# The cases run in pairs, ordered and "none" at the same keys and relays, so that the two sides of
+# "ordered ÷ none" are measured next to each other. With BENCH_REPEAT > 1 the run goes in rounds:
+# every round runs every pair once, and round r starts r - 1 pairs further along, so a drift of the
+# machine over the run (caches, the broker's JIT, autovacuum, a busy neighbour on a shared host)
+# weighs on every case alike, not only on the two sides of a pair: "3 relays ÷ 1" and "50 keys ÷
+# 10,000" then compare cases measured over the same minutes. (Until 2026-12-07 each pair ran all
+# its repeats in a row, and those two ratios compared cases measured minutes apart; drains of one
+# case had varied by up to 1.53× within one run.) Odd rounds run the ordered side of each pair
+# first, even rounds "none"; each case reports its median.
+declare -A RATE CPU RUNS=() CPUS=()
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+PAIRS=()
 for keys in $KEYS; do
-        for n in $RELAYS; do
-                declare -A RUNS=() CPUS=()
-                for rep in $(seq "$REPEAT"); do
-                        # odd runs ordered first, even runs "none" first
-                        for ordering in $([ $((rep % 2)) = 1 ] && echo key none || echo none key); do
-                                read -r r c <<<"$(drain "$keys" "$ordering" "$n" "scaleout$([ "$REPEAT" -gt 1 ] && echo "-r$rep")")"
-                                RUNS[$ordering]="${RUNS[$ordering]:-} $r"
-                                CPUS[$ordering]="${CPUS[$ordering]:-} $c"
-                                say "keys $keys, ordering \"$ordering\", $n relay(s): $(printf '%.0f' "$r") rows/s, machine CPU $(printf '%.2f' "$c") µs per row"
-                        done
+        for n in $RELAYS; do PAIRS+=("$keys $n"); done
+done
+for rep in $(seq "$REPEAT"); do
+        for i in "${!PAIRS[@]}"; do
+                read -r keys n <<<"${PAIRS[$(((i + rep - 1) % ${#PAIRS[@]}))]}"
+                for ordering in $([ $((rep % 2)) = 1 ] && echo key none || echo none key); do
+                        read -r r c <<<"$(drain "$keys" "$ordering" "$n" "scaleout$([ "$REPEAT" -gt 1 ] && echo "-r$rep")")"
+                        RUNS[$keys-$ordering-$n]="${RUNS[$keys-$ordering-$n]:-} $r"
+                        CPUS[$keys-$ordering-$n]="${CPUS[$keys-$ordering-$n]:-} $c"
+                        say "round $rep, keys $keys, ordering \"$ordering\", $n relay(s): $(printf '%.0f' "$r") rows/s, machine CPU $(printf '%.2f' "$c") µs per row"
                 done
-                for ordering in key none; do
-                        RATE[$keys-$ordering-$n]=$(echo ${RUNS[$ordering]} | median)
-                        CPU[$keys-$ordering-$n]=$(echo ${CPUS[$ordering]} | median)
-                done
-                unset RUNS CPUS
         done
+done
+for case in "${!RUNS[@]}"; do
+        RATE[$case]=$(echo ${RUNS[$case]} | median)
+        CPU[$case]=$(echo ${CPUS[$case]} | median)
 done
 
 {
-        echo "### Several relays on one table ($(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/scaleout.sh\`, $ROWS rows per case$([ "$REPEAT" -gt 1 ] && echo ", median of $REPEAT runs each, in pairs"))"
+        echo "### Several relays on one table ($(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/scaleout.sh\`, $ROWS rows per case$([ "$REPEAT" -gt 1 ] && echo ", median of $REPEAT rounds, in pairs"))"
         echo
         echo "| keys | relays | ordered (\"key\") rows/s | \"none\" rows/s | ordered ÷ none | ordered ÷ 1 relay ordered | machine CPU µs/row, ordered / \"none\" |"
         echo "|---|---|---|---|---|---|---|"
