@@ -24,7 +24,7 @@ void relay_drop_floor(struct relay *r, usec_t now);
 /* ---- relay_looks.c: on the relay's own connection, between batches ---- */
 
 /* ordering = "key": who else publishes this table, and so where our claims start in the key
- * buckets and how deep they look; due every second (r->next_members). */
+ * buckets and how deep they look; due as share_look_due() says. */
 void relay_look_at_members(struct relay *r, usec_t now);
 
 /* ordering = "single": takes the table's leader lock if it is free (r->leader). */

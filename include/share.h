@@ -17,6 +17,16 @@
  * the others' open batches, which end within milliseconds. */
 #define SHARE_BUSY_WAIT (2 * USEC_PER_MSEC)
 
+/* How often a relay looks at who else claims from its table (pg_members reads pg_locks), and how
+ * often while it is alone and its claims find a backlog. Two relays that start together on a
+ * backlog each see no other at first and claim alone, in id order with a plain FOR UPDATE, so
+ * each waits on the other's rows until its next look shows the other (pg.c). Drains of 1M rows
+ * by three relays (at 50 and at 10,000 keys) claimed 92,000-148,000 rows that way with a look a
+ * second, and 0-16,000 with a look every 200 ms (docs/ordering.md, "Sharing the work"). */
+#define SHARE_LOOK_INTERVAL (1 * USEC_PER_SEC)
+#define SHARE_LOOK_BUSY_INTERVAL (200 * USEC_PER_MSEC)
+_Static_assert(SHARE_LOOK_BUSY_INTERVAL < SHARE_LOOK_INTERVAL, "alone in a backlog looks more often");
+
 /* How deep a claim looks, in batches, at most (whatever the number of relays). */
 #define SHARE_DEPTH_MAX 8
 
@@ -88,3 +98,9 @@ struct share_claim share_take(struct share *s, unsigned p, int limit);
  * every row in view: SHARE_BUSY_WAIT, doubling for each empty claim in a row, up to
  * `poll_interval`. */
 usec_t share_next_wait(struct share *s, size_t got, size_t in_view, int limit, usec_t poll_interval);
+
+/* When the next look at the members is due, the last one having been at `looked_at` (0: none
+ * yet, due at once): SHARE_LOOK_INTERVAL after it, or SHARE_LOOK_BUSY_INTERVAL after it while
+ * this relay is alone and a claim found a backlog less than SHARE_LOOK_INTERVAL ago
+ * (`backlog_at`; 0: never). */
+usec_t share_look_due(const struct share *s, usec_t looked_at, usec_t backlog_at, usec_t now);

@@ -391,7 +391,7 @@ static int try_connect(struct relay *r, usec_t now) {
                         if (pg_join(&r->lanes[i].pg, false, relay_db_deadline(r, now_usec()), err,
                                     sizeof(err)) < 0)
                                 log_warning("no member slot on table '%s': %s", r->cfg->postgres.table, err);
-                r->next_members = 0;
+                r->members_looked_at = 0;
         }
         /* A new session may be on another server (a promoted standby), and the sequence may have
          * changed while we were away: the floor starts again from 0. */
@@ -869,7 +869,8 @@ int relay_run(struct relay *r) {
                         continue;
                 }
 
-                if (r->cfg->relay.ordering == ORDERING_KEY && now >= r->next_members)
+                if (r->cfg->relay.ordering == ORDERING_KEY &&
+                    now >= share_look_due(&r->share, r->members_looked_at, r->backlog_at, now))
                         relay_look_at_members(r, now);
                 if (r->pg.requeued) {
                         /* Put back in line: they may lie below the floor, and below the chain of

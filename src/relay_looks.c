@@ -114,7 +114,8 @@ void relay_step_floor(struct relay *r, usec_t now) {
 }
 
 /* ordering = "key": who else publishes this table, and so where our claims start in the key
- * buckets and how deep they look. Looked at every second. */
+ * buckets and how deep they look. Looked at every second, five times a second while this relay is
+ * alone and its claims find a backlog (share_look_due). */
 void relay_look_at_members(struct relay *r, usec_t now) {
         int slots[1024], pids[1024], own[SHARE_PIPELINES_MAX];
         size_t n = 0;
@@ -122,7 +123,7 @@ void relay_look_at_members(struct relay *r, usec_t now) {
         bool pooled = false;
         char err[512];
 
-        r->next_members = now + USEC_PER_SEC;
+        r->members_looked_at = now;
         if (pg_members(&r->pg, slots, pids, ELEMENTSOF(slots), &n, &relays, relay_db_deadline(r, now), err,
                        sizeof(err)) < 0) {
                 log_warning("looking at the relays sharing table '%s' failed: %s", r->cfg->postgres.table,

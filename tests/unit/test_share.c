@@ -302,6 +302,41 @@ static void wait_is_capped(void **state) {
         assert_int_equal(share_next_wait(&s, 0, 0, 10, POLL), POLL);
 }
 
+/* When the next look at the members is due: a second after the last, 200 ms after it while alone
+ * with a backlog less than a second old; at once when there was none. */
+static void look_table(void **state) {
+        static const struct {
+                const char *name;
+                unsigned members, own;
+                usec_t looked_at, backlog_at, now, due;
+        } cases[] = {
+                { "no look yet", 1, 1, 0, 0, 5000 * MS, 0 },
+                { "no look yet, with others", 3, 1, 0, 4900 * MS, 5000 * MS, 0 },
+                { "alone, no backlog ever", 1, 1, 5000 * MS, 0, 5100 * MS, 6000 * MS },
+                { "alone, backlog just now", 1, 1, 5000 * MS, 5100 * MS, 5100 * MS, 5200 * MS },
+                { "alone, backlog 999 ms ago", 1, 1, 5000 * MS, 4101 * MS, 5100 * MS, 5200 * MS },
+                { "alone, backlog a second ago", 1, 1, 5000 * MS, 4100 * MS, 5100 * MS, 6000 * MS },
+                { "alone, backlog stamped after now", 1, 1, 5000 * MS, 5200 * MS, 5100 * MS, 6000 * MS },
+                { "alone with two pipelines, backlog", 2, 2, 5000 * MS, 5100 * MS, 5100 * MS, 5200 * MS },
+                { "sharing, backlog", 2, 1, 5000 * MS, 5100 * MS, 5100 * MS, 6000 * MS },
+                { "sharing with a relay of two pipelines, backlog", 3, 2, 5000 * MS, 5100 * MS, 5100 * MS,
+                  6000 * MS },
+                { "sharing, no backlog", 3, 1, 5000 * MS, 0, 5100 * MS, 6000 * MS },
+        };
+
+        (void)state;
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                struct share s;
+
+                print_message("# %s\n", cases[i].name);
+                share_init(&s);
+                s.members = cases[i].members;
+                s.own = cases[i].own;
+                assert_int_equal(share_look_due(&s, cases[i].looked_at, cases[i].backlog_at, cases[i].now),
+                                 cases[i].due);
+        }
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(update_table),
@@ -311,6 +346,7 @@ int main(void) {
                 cmocka_unit_test(turns_come_round_to_every_bucket),
                 cmocka_unit_test(wait_table),
                 cmocka_unit_test(wait_is_capped),
+                cmocka_unit_test(look_table),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
