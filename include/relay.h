@@ -84,6 +84,7 @@ struct relay {
         /* ordering = "key": how this relay shares the table with the others (share.c). */
         struct share share;
         usec_t members_looked_at; /* the last look at the members (share_look_due); 0: look now */
+        bool members_look_failed; /* and it failed */
         bool pooler_said; /* the lost session lock was logged */
         size_t last_keys; /* distinct (topic, key) pairs of the last batch */
         size_t last_in_view; /* ordering = "key": the pending rows the last claim looked at (pg.h) */

@@ -18,9 +18,10 @@
 #define SHARE_BUSY_WAIT (2 * USEC_PER_MSEC)
 
 /* How often a relay looks at who else claims from its table (pg_members reads pg_locks), and how
- * often while it is alone and its claims find a backlog. Two relays that start together on a
- * backlog each see no other at first and claim alone, in id order with a plain FOR UPDATE, so
- * each waits on the other's rows until its next look shows the other (pg.c). Drains of 1M rows
+ * often while it is alone and its claims find a backlog. Of relays that start together on a
+ * backlog, those that look before the others have joined see no other at first and claim alone,
+ * in id order with a plain FOR UPDATE, waiting on the others' rows until their next look shows
+ * the others (pg.c). Drains of 1M rows
  * by three relays (at 50 and at 10,000 keys) claimed 92,000-148,000 rows that way with a look a
  * second, and 0-16,000 with a look every 200 ms (docs/ordering.md, "Sharing the work"). */
 #define SHARE_LOOK_INTERVAL (1 * USEC_PER_SEC)
@@ -102,5 +103,6 @@ usec_t share_next_wait(struct share *s, size_t got, size_t in_view, int limit, u
 /* When the next look at the members is due, the last one having been at `looked_at` (0: none
  * yet, due at once): SHARE_LOOK_INTERVAL after it, or SHARE_LOOK_BUSY_INTERVAL after it while
  * this relay is alone and a claim found a backlog less than SHARE_LOOK_INTERVAL ago
- * (`backlog_at`; 0: never). */
-usec_t share_look_due(const struct share *s, usec_t looked_at, usec_t backlog_at, usec_t now);
+ * (`backlog_at`; 0: never). A look that `failed` waits SHARE_LOOK_INTERVAL, backlog or not, as
+ * the floor's does (floor_look_failed): a warning a second is enough. */
+usec_t share_look_due(const struct share *s, usec_t looked_at, bool failed, usec_t backlog_at, usec_t now);

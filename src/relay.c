@@ -870,7 +870,8 @@ int relay_run(struct relay *r) {
                 }
 
                 if (r->cfg->relay.ordering == ORDERING_KEY &&
-                    now >= share_look_due(&r->share, r->members_looked_at, r->backlog_at, now))
+                    now >= share_look_due(&r->share, r->members_looked_at, r->members_look_failed,
+                                          r->backlog_at, now))
                         relay_look_at_members(r, now);
                 if (r->pg.requeued) {
                         /* Put back in line: they may lie below the floor, and below the chain of

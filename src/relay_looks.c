@@ -124,8 +124,9 @@ void relay_look_at_members(struct relay *r, usec_t now) {
         char err[512];
 
         r->members_looked_at = now;
-        if (pg_members(&r->pg, slots, pids, ELEMENTSOF(slots), &n, &relays, relay_db_deadline(r, now), err,
-                       sizeof(err)) < 0) {
+        r->members_look_failed = pg_members(&r->pg, slots, pids, ELEMENTSOF(slots), &n, &relays,
+                                            relay_db_deadline(r, now), err, sizeof(err)) < 0;
+        if (r->members_look_failed) {
                 log_warning("looking at the relays sharing table '%s' failed: %s", r->cfg->postgres.table,
                             err);
                 return;

@@ -120,10 +120,11 @@ usec_t share_next_wait(struct share *s, size_t got, size_t in_view, int limit, u
         return wait < poll_interval ? wait : poll_interval;
 }
 
-usec_t share_look_due(const struct share *s, usec_t looked_at, usec_t backlog_at, usec_t now) {
+usec_t share_look_due(const struct share *s, usec_t looked_at, bool failed, usec_t backlog_at, usec_t now) {
         bool backlog = backlog_at > 0 && now >= backlog_at && now - backlog_at < SHARE_LOOK_INTERVAL;
 
         if (looked_at == 0)
                 return 0;
-        return looked_at + (s->members <= s->own && backlog ? SHARE_LOOK_BUSY_INTERVAL : SHARE_LOOK_INTERVAL);
+        return looked_at +
+                (s->members <= s->own && backlog && !failed ? SHARE_LOOK_BUSY_INTERVAL : SHARE_LOOK_INTERVAL);
 }

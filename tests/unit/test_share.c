@@ -303,25 +303,31 @@ static void wait_is_capped(void **state) {
 }
 
 /* When the next look at the members is due: a second after the last, 200 ms after it while alone
- * with a backlog less than a second old; at once when there was none. */
+ * with a backlog less than a second old unless the last look failed; at once when there was none. */
 static void look_table(void **state) {
         static const struct {
                 const char *name;
                 unsigned members, own;
                 usec_t looked_at, backlog_at, now, due;
+                bool failed;
         } cases[] = {
-                { "no look yet", 1, 1, 0, 0, 5000 * MS, 0 },
-                { "no look yet, with others", 3, 1, 0, 4900 * MS, 5000 * MS, 0 },
-                { "alone, no backlog ever", 1, 1, 5000 * MS, 0, 5100 * MS, 6000 * MS },
-                { "alone, backlog just now", 1, 1, 5000 * MS, 5100 * MS, 5100 * MS, 5200 * MS },
-                { "alone, backlog 999 ms ago", 1, 1, 5000 * MS, 4101 * MS, 5100 * MS, 5200 * MS },
-                { "alone, backlog a second ago", 1, 1, 5000 * MS, 4100 * MS, 5100 * MS, 6000 * MS },
-                { "alone, backlog stamped after now", 1, 1, 5000 * MS, 5200 * MS, 5100 * MS, 6000 * MS },
-                { "alone with two pipelines, backlog", 2, 2, 5000 * MS, 5100 * MS, 5100 * MS, 5200 * MS },
-                { "sharing, backlog", 2, 1, 5000 * MS, 5100 * MS, 5100 * MS, 6000 * MS },
+                { "no look yet", 1, 1, 0, 0, 5000 * MS, 0, false },
+                { "no look yet, with others", 3, 1, 0, 4900 * MS, 5000 * MS, 0, false },
+                { "alone, no backlog ever", 1, 1, 5000 * MS, 0, 5100 * MS, 6000 * MS, false },
+                { "alone, backlog just now", 1, 1, 5000 * MS, 5100 * MS, 5100 * MS, 5200 * MS, false },
+                { "alone, backlog 999 ms ago", 1, 1, 5000 * MS, 4101 * MS, 5100 * MS, 5200 * MS, false },
+                { "alone, backlog a second ago", 1, 1, 5000 * MS, 4100 * MS, 5100 * MS, 6000 * MS, false },
+                { "alone, backlog stamped after now", 1, 1, 5000 * MS, 5200 * MS, 5100 * MS, 6000 * MS,
+                  false },
+                { "alone with two pipelines, backlog", 2, 2, 5000 * MS, 5100 * MS, 5100 * MS, 5200 * MS,
+                  false },
+                { "sharing, backlog", 2, 1, 5000 * MS, 5100 * MS, 5100 * MS, 6000 * MS, false },
                 { "sharing with a relay of two pipelines, backlog", 3, 2, 5000 * MS, 5100 * MS, 5100 * MS,
-                  6000 * MS },
-                { "sharing, no backlog", 3, 1, 5000 * MS, 0, 5100 * MS, 6000 * MS },
+                  6000 * MS, false },
+                { "sharing, no backlog", 3, 1, 5000 * MS, 0, 5100 * MS, 6000 * MS, false },
+                { "alone, backlog, the last look failed", 1, 1, 5000 * MS, 5100 * MS, 5100 * MS, 6000 * MS,
+                  true },
+                { "no look yet, the last one failed", 1, 1, 0, 5100 * MS, 5100 * MS, 0, true },
         };
 
         (void)state;
@@ -332,7 +338,8 @@ static void look_table(void **state) {
                 share_init(&s);
                 s.members = cases[i].members;
                 s.own = cases[i].own;
-                assert_int_equal(share_look_due(&s, cases[i].looked_at, cases[i].backlog_at, cases[i].now),
+                assert_int_equal(share_look_due(&s, cases[i].looked_at, cases[i].failed, cases[i].backlog_at,
+                                                cases[i].now),
                                  cases[i].due);
         }
 }
