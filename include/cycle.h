@@ -40,6 +40,7 @@ struct cycle {
         bool probe;
         bool covers; /* took every pending row from its start to its highest id (overlap.h) */
         int64_t proven; /* the claim floor's proven id when it claimed (floor.h) */
+        uint64_t floor_epoch; /* and the floor's epoch then (floor_claimed) */
         enum batch_verdict verdict; /* what its plan said about Kafka */
         int64_t highest; /* its highest id */
         char *pairs; /* every row's headers, expanded ("name\0value\0" pairs), one after another */

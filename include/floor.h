@@ -48,6 +48,9 @@ struct floor {
         int64_t seq_node; /* and its relfilenode */
         usec_t next_step, next_guard;
         usec_t next_busy_step; /* the next look while the claims find a backlog */
+        /* Counts the resets and the rows put back in line: a claim sent before one of them
+         * says nothing about the floor after it (floor_claimed). */
+        uint64_t epoch;
 };
 
 /* What one look read, in this order (pg_floor_look): whether the open step's transactions have
@@ -131,6 +134,15 @@ bool floor_guarded(struct floor *f, bool found, usec_t now);
 
 /* Back to 0, no step open: the floor is not known to be safe (e.g. a look failed half way). */
 void floor_reset(struct floor *f, usec_t now);
+
+/* A sharing claim's head came back: `first`, the lowest pending id at or above the floor in its
+ * snapshot, taken after the look that proved `proven` (the floor's proven id when it was sent,
+ * `epoch` its epoch then). Every row below `first` and at or above the floor was finished in
+ * that snapshot, and every row with an id <= proven that will ever be committed was in it, so
+ * the floor may rise to the lower of `first` and proven + 1, as a look's step would take it.
+ * Nothing when the floor was reset or rows were put back in line since the claim was sent, or
+ * nothing was proven. Returns true when the floor rose. */
+bool floor_claimed(struct floor *f, int64_t first, int64_t proven, uint64_t epoch);
 
 /* Rows were put back in line below the floor (outbox_requeue's notification): nothing is proven
  * any more, and the guard is due now. The floor itself stays until the guard has looked. */

@@ -39,6 +39,9 @@ struct pg_batch {
         size_t in_view; /* ordering = "key": the pending rows in the claim's view (>= n); with
                          * nothing paused counted up to limit + 1 only, which tells the same
                          * (share_next_wait: did it leave rows it looked at?) */
+        int64_t first_pending; /* the sharing claim with nothing paused: the lowest pending id
+                                * at or above the floor in its snapshot (floor_claimed); 0
+                                * otherwise, or when it returned no row */
 };
 
 /* What to record about a row that was not delivered. */

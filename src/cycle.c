@@ -439,6 +439,8 @@ int cycle_claimed(struct relay *r, struct cycle *c) {
                 return ret; /* the database's trouble, not Kafka's */
         }
         r->last_in_view = c->claimed.in_view;
+        if (floor_claimed(&r->floor, c->claimed.first_pending, c->proven, c->floor_epoch))
+                r->pg.claim_floor = r->floor.at;
         if (c->claimed.n == 0)
                 return 0;
         c->claimed_at = now_usec();

@@ -58,6 +58,7 @@ bool floor_guarded(struct floor *f, bool found, usec_t now) {
 }
 
 void floor_reset(struct floor *f, usec_t now) {
+        f->epoch++;
         f->at = 0;
         f->proven = 0;
         f->open = false;
@@ -72,7 +73,20 @@ void floor_look_failed(struct floor *f, usec_t now) {
         f->next_step = f->next_busy_step = now + FLOOR_STEP_INTERVAL;
 }
 
+bool floor_claimed(struct floor *f, int64_t first, int64_t proven, uint64_t epoch) {
+        int64_t at;
+
+        if (epoch != f->epoch || proven <= 0 || first <= 0)
+                return false;
+        at = first <= proven ? first : proven + 1;
+        if (at <= f->at)
+                return false;
+        f->at = at;
+        return true;
+}
+
 void floor_requeued(struct floor *f, usec_t now) {
+        f->epoch++;
         f->proven = 0;
         f->next_guard = now;
 }

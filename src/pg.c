@@ -328,18 +328,18 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
         " ORDER BY o.id LIMIT $1 FOR UPDATE"
 /* Nothing paused: $2 first bucket, $3 depth, $4 lock class, $5 floor, $6 buckets to take. The
  * head is the first $1 + 1 pending rows, counted from the index: how many there are (the rows in
- * view: at most a batch is a trickle, share_next_wait needs no more) and the last one's id. The
- * walk ends there for a trickle, else $3 - $1 - 1 ids further: ids are unique, so it reads at
- * most $3 pending rows, and a share whose buckets hold no pending row never reads the whole
- * backlog. (Counting all $3 rows cost as much as the rest of the head and walk did over the
+ * view: at most a batch is a trickle, share_next_wait needs no more), the last one's id, and the
+ * first one's (returned, it may raise the floor: floor_claimed). The walk ends there for a
+ * trickle, else $3 - $1 - 1 ids further: ids are unique, so it reads at most $3 pending rows, and
+ * a share whose buckets hold no pending row never reads the whole backlog. (Counting all $3 rows cost as much as the rest of the head and walk did over the
  * others' rows: docs/ordering.md, "A head of one batch".) The buckets: a bit mask of
  * those the claim got, tried from $2 round until it got $6 of them. When the rows in view fit
  * in one batch (a nearly drained table, a trickle) it tries every bucket those rows are in, and
  * no other: a bucket without a row in view stays free for the others, and a relay frozen in the
  * middle of its batch holds up only keys it had rows of. */
 static const char claim_ordered_tmpl[] =
-        "WITH head(n, last) AS MATERIALIZED ("
-        "  SELECT count(*), CASE WHEN count(*) <= $1::int8 THEN max(h.id)"
+        "WITH head(n, first, last) AS MATERIALIZED ("
+        "  SELECT count(*), min(h.id), CASE WHEN count(*) <= $1::int8 THEN max(h.id)"
         "   ELSE max(h.id) + least($3::int8 - $1::int8 - 1, 9223372036854775807 - greatest(max(h.id), 0)) END"
         "  FROM (SELECT o.id FROM {table} o"
         "   WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $5::int8"
@@ -356,7 +356,7 @@ static const char claim_ordered_tmpl[] =
         "     WHERE CASE WHEN get_bit((SELECT w FROM want), ($2::int4 + g) & 255) = 1"
         "      THEN pg_try_advisory_xact_lock($4::int4, ($2::int4 + g) & 255) ELSE false END"
         "     LIMIT CASE WHEN (SELECT n FROM head) <= $1::int8 THEN 256 ELSE $6::int4 END) t(b))"
-        " {columns}, (SELECT n FROM head)::int8 FROM {table} o"
+        " {columns}, (SELECT n FROM head)::int8, (SELECT first FROM head)::int8 FROM {table} o"
         " WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $5::int8"
         "   AND o.id <= (SELECT last FROM head)"
         "   AND get_bit((SELECT m FROM mine), " BUCKET_EXPR ") = 1"
@@ -1066,17 +1066,23 @@ static int batch_parse(struct pg_batch *b) {
         PGresult *res = b->res;
         int n = PQntuples(res);
 
-        /* The ordered claim adds a ninth column: the pending rows it looked at. */
-        if (PQnfields(res) != 8 && PQnfields(res) != 9)
+        /* The ordered claim adds a ninth column: the pending rows it looked at; with nothing
+         * paused a tenth, the lowest of them. */
+        if (PQnfields(res) < 8 || PQnfields(res) > 10)
                 return -EPROTO;
         b->n = (size_t)n;
         b->in_view = (size_t)n;
         if (n == 0)
                 return 0;
-        if (PQnfields(res) == 9) {
+        if (PQnfields(res) >= 9) {
                 if (PQgetlength(res, 0, 8) != 8)
                         return -EPROTO;
                 b->in_view = (size_t)be64(PQgetvalue(res, 0, 8));
+        }
+        if (PQnfields(res) == 10) {
+                if (PQgetlength(res, 0, 9) != 8)
+                        return -EPROTO;
+                b->first_pending = be64(PQgetvalue(res, 0, 9));
         }
         b->rows = calloc((size_t)n, sizeof(*b->rows));
         if (!b->rows)

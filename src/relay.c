@@ -718,6 +718,7 @@ static int claim_more(struct relay *r) {
                 return after_batch(r, ret, VERDICT_NONE, now_usec());
         }
         c->proven = r->pg.id_seq ? r->floor.proven : 0;
+        c->floor_epoch = r->floor.epoch;
         lane->busy = true;
         r->flight[r->n_flight++] = c;
         /* Without other batches in flight nothing is gained by not waiting for it. */

@@ -632,6 +632,8 @@ static void a_share_reads_at_most_its_depth(void **state) {
                               share.depth, second, got.n, got.in_view, (long long)read);
                 assert_int_equal(got.n, second == share.depth ? 2 : 1);
                 assert_int_equal(got.in_view, LIMIT + 1);
+                /* the lowest pending id it saw, which may raise the floor (floor_claimed) */
+                assert_int_equal(got.first_pending, share.start);
                 /* the head's batch + 1 entries and the walk's `depth` (20,000 without a bound) */
                 assert_true(read <= share.depth + LIMIT + 1 + 10);
                 pg_batch_clear(&got);

@@ -277,6 +277,74 @@ static void requeue_and_reset_take_the_proof_back(void **state) {
         assert_int_equal(f.proven, 0);
 }
 
+/* A sharing claim's head raises the floor (floor_claimed): to the lower of the lowest pending id
+ * it saw and the proven id + 1 when it was sent; never down, and not at all when the floor was
+ * reset or rows were put back in line after it was sent, or nothing was proven. The floor starts
+ * at 40 with 100 proven, epoch as floor_init leaves it. */
+struct claimed_case {
+        const char *name;
+        int64_t first, proven;
+        int epoch_delta; /* 0: the floor's epoch; 1: one before it (a reset or requeue since) */
+        bool rose;
+        int64_t at;
+};
+
+static const struct claimed_case claimed_cases[] = {
+        { "up to the lowest pending row the claim saw", 70, 100, 0, true, 70 },
+        { "the lowest pending row is the proven id itself", 100, 100, 0, true, 100 },
+        { "no further than the proven id + 1 (later ids may still be committed below it)", 500, 100, 0, true,
+          101 },
+        { "a claim sent with less proven: its proven id bounds it", 500, 60, 0, true, 61 },
+        { "never down", 20, 100, 0, false, 40 },
+        { "the floor itself: no change", 40, 100, 0, false, 40 },
+        { "nothing proven when it was sent", 70, 0, 0, false, 40 },
+        { "no lowest id (the claim returned no row)", 0, 100, 0, false, 40 },
+        { "the floor was reset or rows put back since it was sent", 70, 100, 1, false, 40 },
+};
+
+static void claimed_table(void **state) {
+        (void)state;
+        for (size_t i = 0; i < ELEMENTSOF(claimed_cases); i++) {
+                const struct claimed_case *c = &claimed_cases[i];
+                struct floor_look begin = { .seq_last = 100, .seq_node = 1 },
+                                  end = { .ended = true,
+                                          .any = true,
+                                          .lowest = 40,
+                                          .seq_last = 200,
+                                          .seq_node = 1 };
+                struct floor f;
+                uint64_t epoch;
+
+                print_message("# %s\n", c->name);
+                floor_init(&f, 0);
+                floor_step(&f, &begin, 0);
+                floor_step(&f, &end, S);
+                assert_int_equal(f.at, 40);
+                assert_int_equal(f.proven, 100);
+                epoch = f.epoch - (uint64_t)c->epoch_delta;
+                assert_int_equal(floor_claimed(&f, c->first, c->proven, epoch), c->rose);
+                assert_int_equal(f.at, c->at);
+        }
+}
+
+/* A reset and a requeue each take the epoch further: a claim sent before either is ignored. */
+static void reset_and_requeue_end_the_epoch(void **state) {
+        struct floor f;
+        uint64_t sent;
+
+        (void)state;
+        floor_init(&f, 0);
+        sent = f.epoch;
+        floor_requeued(&f, S);
+        assert_false(floor_claimed(&f, 70, 100, sent));
+        sent = f.epoch;
+        floor_reset(&f, 2 * S);
+        assert_false(floor_claimed(&f, 70, 100, sent));
+        assert_int_equal(f.at, 0);
+        assert_true(floor_claimed(&f, 70, 100, f.epoch));
+        assert_int_equal(f.at, 70);
+}
+
 struct usable_case {
         const char *name;
         struct floor_sequence seq;
@@ -432,6 +500,8 @@ int main(void) {
                 cmocka_unit_test(usable_table),
                 cmocka_unit_test(proven_table),
                 cmocka_unit_test(requeue_and_reset_take_the_proof_back),
+                cmocka_unit_test(claimed_table),
+                cmocka_unit_test(reset_and_requeue_end_the_epoch),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
