@@ -21,6 +21,9 @@
  * the column's sequence, with CACHE 1, in the transaction that inserts the row (an identity or
  * bigserial column does this); pg.c checks the cache and leaves the floor at 0 otherwise.
  *
+ * Between looks a sharing claim may raise the floor by the same rule, with its own snapshot in
+ * place of the look's (floor_claimed).
+ *
  * Rows can still turn pending below the floor by hand: a dead letter put back, or ids written
  * explicitly. The guard looks below the floor now and then and, if it finds one, the floor goes
  * back to 0, so such a row waits at most FLOOR_GUARD_INTERVAL. */
@@ -116,7 +119,7 @@ static inline bool floor_step_due(const struct floor *f, usec_t now, bool backlo
 /* A look failed: nothing changes but when the next is due (FLOOR_STEP_INTERVAL, backlog or not). */
 void floor_look_failed(struct floor *f, usec_t now);
 
-/* One look's outcome. The floor moves only when a step ends, up to min(lowest, its S + 1), never
+/* One look's outcome. The look moves the floor only when a step ends, up to min(lowest, its S + 1), never
  * down: a sequence that went back (its S lower than the open step's, or restarted: a new
  * relfilenode) sends it to 0 instead, as every id it hands out from then on may lie below the
  * floor. (A setval() back that the sequence passes again within a look's second is not seen:
@@ -137,11 +140,12 @@ void floor_reset(struct floor *f, usec_t now);
 
 /* A sharing claim's head came back: `first`, the lowest pending id at or above the floor in its
  * snapshot, taken after the look that proved `proven` (the floor's proven id when it was sent,
- * `epoch` its epoch then). Every row below `first` and at or above the floor was finished in
- * that snapshot, and every row with an id <= proven that will ever be committed was in it, so
- * the floor may rise to the lower of `first` and proven + 1, as a look's step would take it.
- * Nothing when the floor was reset or rows were put back in line since the claim was sent, or
- * nothing was proven. Returns true when the floor rose. */
+ * `epoch` its epoch then). No row from the floor up to `first` was pending in that snapshot, and
+ * every row with an id <= proven that will ever be committed was in it, so the floor may rise to
+ * the lower of `first` and proven + 1, as a look's step would take it. Nothing when the floor
+ * was reset, or the relay heard of rows put back in line, after the claim was sent, or when
+ * nothing was proven. (Rows put back that the relay has not heard of yet: as after a look, the
+ * guard looks below the floor as soon as it hears.) Returns true when the floor rose. */
 bool floor_claimed(struct floor *f, int64_t first, int64_t proven, uint64_t epoch);
 
 /* Rows were put back in line below the floor (outbox_requeue's notification): nothing is proven

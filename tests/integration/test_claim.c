@@ -520,7 +520,8 @@ static int64_t bucket_locks(const struct pg *p) {
  * only the buckets those rows are in: the others stay free for the other relays, and a relay
  * frozen in its batch holds up no key it had no row of. A second claim meanwhile gets nothing,
  * at once, and holds nothing; a row written after the first claim, of a key in a bucket the
- * first did not take, goes to the second. */
+ * first did not take, goes to the second, and that claim's lowest pending id is the first
+ * row the other holds, not a finished row before it. */
 static void a_trickle_locks_only_its_buckets(void **state) {
         _cleanup_free_ char *t = ts_topic("tc-trickle");
         struct relay_config kcfg;
@@ -533,13 +534,18 @@ static void a_trickle_locks_only_its_buckets(void **state) {
 
         (void)state;
         connect_two(&kcfg, &a, &b);
+        /* Five finished rows first: below the floor's next step, not pending. */
+        ts_pg_exec(admin,
+                   "INSERT INTO outbox (topic, key, payload, published_at) SELECT '%s', 'k' || g, 'x', now()"
+                   " FROM generate_series(1, 5) g",
+                   t);
         ts_pg_exec(admin,
                    "INSERT INTO outbox (topic, key, payload) SELECT '%s', 'k' || (g %% 7), 'x'"
                    " FROM generate_series(1, 35) g",
                    t);
         buckets = ts_pg_int(admin,
                             "SELECT count(DISTINCT hashtextextended(topic || E'\\x1f' || key, 0) & 255)"
-                            " FROM outbox WHERE topic = '%s'",
+                            " FROM outbox WHERE topic = '%s' AND published_at IS NULL",
                             t);
         if (pg_claim(&a, LIMIT, NULL, &shared, &held, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)) < 0)
                 fail_msg("pg_claim: %s", err);
@@ -573,6 +579,13 @@ static void a_trickle_locks_only_its_buckets(void **state) {
                 fail_msg("pg_claim (later): %s", err);
         assert_int_equal(later.n, 1);
         assert_int_equal(key_of(&later, 0), fresh);
+        /* The lowest pending id it saw (floor_claimed) is the table's: the finished rows do not
+         * count, the rows the other claim holds do (they are still pending). */
+        assert_true(later.first_pending <= held.rows[0].id);
+        assert_int_equal(later.first_pending,
+                         ts_pg_int(admin,
+                                   "SELECT min(id) FROM outbox"
+                                   " WHERE published_at IS NULL AND dead_at IS NULL"));
         assert_int_equal(bucket_locks(&b), 1);
         pg_batch_clear(&later);
         pg_rollback(&b, now_usec() + 5 * USEC_PER_SEC);
