@@ -119,10 +119,10 @@ static inline bool floor_step_due(const struct floor *f, usec_t now, bool backlo
 /* A look failed: nothing changes but when the next is due (FLOOR_STEP_INTERVAL, backlog or not). */
 void floor_look_failed(struct floor *f, usec_t now);
 
-/* One look's outcome. The look moves the floor only when a step ends, up to min(lowest, its S + 1), never
- * down: a sequence that went back (its S lower than the open step's, or restarted: a new
- * relfilenode) sends it to 0 instead, as every id it hands out from then on may lie below the
- * floor. (A setval() back that the sequence passes again within a look's second is not seen:
+/* One look's outcome. The look moves the floor only when a step ends, up to min(lowest, its
+ * S + 1), never down: a sequence that went back (its S lower than the open step's, or restarted:
+ * a new relfilenode) sends it to 0 instead, as every id it hands out from then on may lie below
+ * the floor. (A setval() back that the sequence passes again within a look's second is not seen:
  * the guard finds its rows.) */
 enum floor_change floor_step(struct floor *f, const struct floor_look *l, usec_t now);
 

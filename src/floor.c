@@ -21,6 +21,21 @@ const char *floor_unusable(const struct floor_sequence *s) {
         return NULL;
 }
 
+/* The rule of floor.h: the floor rises to min(lowest pending id, s + 1) where every id <= s that
+ * will ever be committed is known to be seen, and never goes down. Returns true when it rose. */
+static bool raise_to(struct floor *f, bool any, int64_t lowest, int64_t s) {
+        int64_t at = s + 1;
+
+        if (any && lowest < at)
+                at = lowest;
+        if (at <= 0)
+                at = 0; /* ids below 1 (written by hand): no floor */
+        if (at <= f->at)
+                return false;
+        f->at = at;
+        return true;
+}
+
 enum floor_change floor_step(struct floor *f, const struct floor_look *l, usec_t now) {
         int64_t seq = l->seq_last > 0 ? l->seq_last : 0;
 
@@ -33,14 +48,7 @@ enum floor_change floor_step(struct floor *f, const struct floor_look *l, usec_t
         if (f->open && !l->ended)
                 return FLOOR_WAITING;
         if (f->open) {
-                int64_t at = f->seq_last + 1;
-
-                if (l->any && l->lowest < at)
-                        at = l->lowest;
-                if (at <= 0)
-                        at = 0; /* ids below 1 (written by hand): no floor */
-                if (at > f->at)
-                        f->at = at;
+                raise_to(f, l->any, l->lowest, f->seq_last);
                 f->proven = f->seq_last;
         }
         f->open = true;
@@ -74,15 +82,9 @@ void floor_look_failed(struct floor *f, usec_t now) {
 }
 
 bool floor_claimed(struct floor *f, int64_t first, int64_t proven, uint64_t epoch) {
-        int64_t at;
-
         if (epoch != f->epoch || proven <= 0 || first <= 0)
                 return false;
-        at = first <= proven ? first : proven + 1;
-        if (at <= f->at)
-                return false;
-        f->at = at;
-        return true;
+        return raise_to(f, true, first, proven);
 }
 
 void floor_requeued(struct floor *f, usec_t now) {

@@ -331,8 +331,9 @@ static char *sql_printf(const char *fmt, const char *a, const char *b) {
  * view: at most a batch is a trickle, share_next_wait needs no more), the last one's id, and the
  * first one's (returned, it may raise the floor: floor_claimed). The walk ends there for a
  * trickle, else $3 - $1 - 1 ids further: ids are unique, so it reads at most $3 pending rows, and
- * a share whose buckets hold no pending row never reads the whole backlog. (Counting all $3 rows cost as much as the rest of the head and walk did over the
- * others' rows: docs/ordering.md, "A head of one batch".) The buckets: a bit mask of
+ * a share whose buckets hold no pending row never reads the whole backlog. (Counting all $3 rows
+ * cost as much as the rest of the head and walk did over the others' rows: docs/ordering.md, "A
+ * head of one batch".) The buckets: a bit mask of
  * those the claim got, tried from $2 round until it got $6 of them. When the rows in view fit
  * in one batch (a nearly drained table, a trickle) it tries every bucket those rows are in, and
  * no other: a bucket without a row in view stays free for the others, and a relay frozen in the
