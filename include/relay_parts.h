@@ -14,6 +14,9 @@ usec_t relay_db_deadline(const struct relay *r, usec_t now);
 
 /* The relay's own connection and every pipeline's. */
 bool relay_connected(const struct relay *r);
+/* Whether a connection's last failure proved its server session shared with other clients
+ * (pooler.h: a pooler in transaction mode). */
+bool relay_session_shared(const struct relay *r);
 
 /* Other relays' pipelines share the table (ordering = "key"): claims take key buckets. */
 bool relay_sharing(const struct relay *r);

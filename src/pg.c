@@ -3,6 +3,7 @@
 
 #include "floor.h"
 #include "message.h"
+#include "pooler.h"
 #include "schema.h"
 #include "share.h"
 
@@ -610,6 +611,19 @@ static void result_err(const PGresult *res, char *err, size_t errsz, const char 
         set_err(err, errsz, what, msg && *msg ? msg : PQresStatus(PQresultStatus(res)));
 }
 
+/* A failure in `step` whose SQLSTATE proves the server session shared (pooler.h): notes it and
+ * says so after the server's message. */
+static void note_pooler(struct pg *pg, enum pooler_step step, const char *state, char *err, size_t errsz) {
+        size_t n;
+
+        if (!pooler_sign(step, state))
+                return;
+        pg->session_shared = true;
+        n = strlen(err);
+        if (n < errsz)
+                snprintf(err + n, errsz - n, "; %s", pooler_hint);
+}
+
 /* A prepared statement whose result type the table no longer gives ("cached plan must not
  * change result type", after an ALTER TABLE) fails until it is prepared again: note it, and the
  * next claim does so. */
@@ -651,7 +665,10 @@ static int exec_sent(struct pg *pg, int sent, usec_t deadline, PGresult **out, c
         }
         st = PQresultStatus(res);
         if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+                const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
                 result_err(res, err, errsz, what);
+                snprintf(pg->err_state, sizeof(pg->err_state), "%s", state ? state : "");
                 PQclear(res);
                 if (PQstatus(pg->conn) != CONNECTION_OK) {
                         pg_disconnect(pg);
@@ -712,10 +729,13 @@ static int prepare_all(struct pg *pg, usec_t deadline, char *err, size_t errsz) 
 
                 if (!stmts[i].sql)
                         continue; /* not needed in this mode */
+                pg->err_state[0] = 0;
                 r = exec_sent(pg, PQsendPrepare(pg->conn, stmts[i].name, stmts[i].sql, 0, NULL), deadline,
                               &res, err, errsz, stmts[i].what);
 
                 PQclear(res);
+                if (r == -EIO)
+                        note_pooler(pg, POOLER_PREPARE, pg->err_state, err, errsz);
                 if (r < 0)
                         return r;
         }
@@ -834,6 +854,7 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         int r;
 
         pg_disconnect(pg);
+        pg->session_shared = false;
         snprintf(idle, sizeof(idle), "%llu",
                  (unsigned long long)(cfg->postgres.keepalives_idle > USEC_PER_SEC
                                               ? cfg->postgres.keepalives_idle / USEC_PER_SEC
@@ -1165,6 +1186,7 @@ static void op_result(struct pg *pg, int i, PGresult *res) {
 
                 result_err(res, pg->op_msg, sizeof(pg->op_msg), what);
                 note_stale_plan(pg, res);
+                note_pooler(pg, POOLER_EXECUTE, state, pg->op_msg, sizeof(pg->op_msg));
                 /* lock_not_available: the claim's bound on lock waits ran out. */
                 pg->op_err = state && strcmp(state, "55P03") == 0 ? -EAGAIN : -EIO;
         } else if (pg->op_err == 0 && pg->op == PG_OP_FINISH && i == pg->op_n - 1 &&

@@ -298,7 +298,7 @@ static void breaker_outcome(struct relay *r, int ret, enum batch_verdict verdict
         r->next_status = 0; /* show the change at once */
 }
 
-static void schedule_retry(struct relay *r, struct backoff *bo, usec_t now, const char *what) {
+static void schedule_retry(struct relay *r, struct backoff *bo, usec_t now, int level, const char *what) {
         usec_t wait = backoff_next(bo, &r->rng);
         char when[32];
 
@@ -309,7 +309,7 @@ static void schedule_retry(struct relay *r, struct backoff *bo, usec_t now, cons
                          (unsigned long long)(wait + USEC_PER_MSEC - 1) / USEC_PER_MSEC);
         else
                 snprintf(when, sizeof(when), "%.1fs", (double)wait / USEC_PER_SEC);
-        log_notice("%s, retrying in %s", what, when);
+        log_msg(level, "%s, retrying in %s", what, when);
 }
 
 /* The claim floor back to 0 (pg.h: claims then read from the lowest id there is). */
@@ -318,6 +318,14 @@ void relay_drop_floor(struct relay *r, usec_t now) {
         free(r->floor_running);
         r->floor_running = NULL;
         r->pg.claim_floor = 0;
+}
+
+bool relay_session_shared(const struct relay *r) {
+        bool shared = r->pg.session_shared;
+
+        for (unsigned i = 0; i < r->n_lanes; i++)
+                shared = shared || r->lanes[i].pg.session_shared;
+        return shared;
 }
 
 /* The relay's own connection, then every pipeline's: all or none (a half-connected relay would
@@ -347,7 +355,10 @@ static int try_connect(struct relay *r, usec_t now) {
                 char what[600];
 
                 snprintf(what, sizeof(what), "cannot connect to PostgreSQL: %s", err);
-                schedule_retry(r, &r->db_backoff, now_usec(), what);
+                /* Behind a pooler in transaction mode retrying cannot help until someone changes the
+                 * setup: an error, not a notice. */
+                schedule_retry(r, &r->db_backoff, now_usec(), relay_session_shared(r) ? LOG_ERR : LOG_NOTICE,
+                               what);
                 /* A slow start that is still trying: ask systemd for the time it needs. */
                 if (!r->ready_sent)
                         notify_extend_timeout(&r->notifier,
@@ -495,14 +506,15 @@ static int after_batch(struct relay *r, int ret, enum batch_verdict verdict, use
         }
         if (ret > 0 && verdict == VERDICT_FAILURE) {
                 r->state = RELAY_BACKOFF;
-                schedule_retry(r, &r->batch_backoff, now, "Kafka delivery failing");
+                schedule_retry(r, &r->batch_backoff, now, LOG_NOTICE, "Kafka delivery failing");
                 r->wake = true;
         } else if (ret < 0) {
                 /* Database trouble: a lost connection is re-made at the top of the loop; a failing
                  * statement (or anything else) backs off rather than spin. */
                 if (relay_connected(r)) {
                         r->state = RELAY_BACKOFF;
-                        schedule_retry(r, &r->db_backoff, now, "the batch failed in the database");
+                        schedule_retry(r, &r->db_backoff, now, relay_session_shared(r) ? LOG_ERR : LOG_NOTICE,
+                                       "the batch failed in the database");
                         r->wake = true;
                 }
         } else if (ret > 0) {
@@ -862,6 +874,10 @@ int relay_run(struct relay *r) {
                                 }
                         } else
                                 wait_for_work(r, r->retry_at - now);
+                        /* systemctl status says why nothing moves (not before a first attempt:
+                         * a relay that connects at once says nothing of it). */
+                        if (!relay_connected(r))
+                                relay_status(r, now);
                         if (relay_connected(r) && !r->ready_sent) {
                                 notify_ready(&r->notifier);
                                 r->ready_sent = true;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "log.h"
+#include "pooler.h"
 
 #define RETENTION_BATCH 1000
 #define RETENTION_EVERY (10 * USEC_PER_SEC)
@@ -117,10 +118,9 @@ void relay_step_floor(struct relay *r, usec_t now) {
  * buckets and how deep they look. Looked at every second, five times a second while this relay is
  * alone and its claims find a backlog (share_look_due). */
 void relay_look_at_members(struct relay *r, usec_t now) {
-        int slots[1024], pids[1024], own[SHARE_PIPELINES_MAX];
+        int slots[1024], pids[1024], own[SHARE_PIPELINES_MAX], own_pids[SHARE_PIPELINES_MAX];
         size_t n = 0;
         unsigned relays = 0;
-        bool pooled = false;
         char err[512];
 
         r->members_looked_at = now;
@@ -133,18 +133,16 @@ void relay_look_at_members(struct relay *r, usec_t now) {
         }
         for (unsigned p = 0; p < r->n_lanes; p++) {
                 own[p] = r->lanes[p].pg.member_slot;
-                for (size_t i = 0; i < n && own[p] >= 0; i++)
-                        pooled = pooled || (slots[i] == own[p] && pids[i] != pg_backend_pid(&r->lanes[p].pg));
+                own_pids[p] = pg_backend_pid(&r->lanes[p].pg);
         }
-        if (pooled) {
+        if (pooler_lock_elsewhere(slots, pids, n, own, own_pids, r->n_lanes)) {
                 /* Our session lock is not on this backend: a pooler in transaction mode hands our
                  * statements to other sessions. Order still holds (bucket locks live within one
                  * transaction), but the relay needs a session of its own to share the work. */
                 if (!r->pooler_said)
-                        log_error("the relay's member lock on table '%s' is not held by its own session: "
-                                  "is it behind a connection pooler in transaction mode? Connect directly "
-                                  "or through session pooling",
-                                  r->cfg->postgres.table);
+                        log_error("the relay's member lock on table '%s' is held by another backend than the "
+                                  "session that took it; %s",
+                                  r->cfg->postgres.table, pooler_hint);
                 r->pooler_said = true;
         }
         if (share_update(&r->share, slots, n, own, r->n_lanes, relays)) {

@@ -47,7 +47,9 @@ void relay_publish_gauges(struct relay *r) {
  * database state. The figures are those of /metrics (metrics.h), read at the same moment. */
 void relay_status(struct relay *r, usec_t now) {
         char status[448], lagbuf[48] = "lag ?", err[256], shared_by[128] = "";
-        const char *db = relay_connected(r) ? "database ok" : "database unavailable";
+        const char *db = relay_connected(r) ? "database ok"
+                : relay_session_shared(r)   ? "database session shared (a pooler in transaction mode?)"
+                                            : "database unavailable";
         const struct metrics_totals *t = &r->metrics.d.totals;
         struct lag_look look = { 0 };
         double rate = 0;
