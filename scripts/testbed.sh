@@ -5,6 +5,8 @@
 #   testbed.sh stop DIR         stop both, leaving no process behind
 #   testbed.sh pg-restart DIR   pg_ctl restart -m fast (same port and data)
 #   testbed.sh kafka-stop DIR / kafka-start DIR   stop / start the broker (same ports and data)
+#   testbed.sh pgbouncer-start DIR / pgbouncer-stop DIR   a PgBouncer in transaction mode in front
+#                               of the PostgreSQL (its port in DIR/pgbouncer/port)
 #
 # Kafka jars come from Maven Central once and are cached in $OUTBOX_RELAY_CACHE
 # (default ~/.cache/outbox-relay); later runs reuse them.
@@ -194,6 +196,49 @@ kafka_stop() {
         rm -f "$dir/kafka/pid"
 }
 
+# A connection pooler in transaction mode, the setup the relay cannot share work through (its
+# session locks and prepared statements need a session of their own): the test that the relay
+# says so starts it. Trust authentication, like the server behind it.
+pgbouncer_start() {
+        local dir=$1 port
+        command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || die "pgbouncer not found (run scripts/install-deps.sh)"
+        port=$(free_port)
+        mkdir -p "$dir/pgbouncer"
+        echo '"postgres" ""' >"$dir/pgbouncer/userlist.txt"
+        cat >"$dir/pgbouncer/pgbouncer.ini" <<INI
+[databases]
+outbox = host=127.0.0.1 port=$(cat "$dir/pg/port") dbname=outbox
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/pgbouncer/userlist.txt
+pool_mode = transaction
+default_pool_size = 4
+ignore_startup_parameters = extra_float_digits,options
+logfile = $dir/pgbouncer/pgbouncer.log
+pidfile = $dir/pgbouncer/pgbouncer.pid
+INI
+        [ "$(id -u)" -eq 0 ] && chown -R postgres:postgres "$dir/pgbouncer"
+        as_pg /usr/sbin/pgbouncer -d -q "$dir/pgbouncer/pgbouncer.ini" ||
+                { tail -20 "$dir/pgbouncer/pgbouncer.log" >&2; die "pgbouncer did not start"; }
+        for _ in $(seq 100); do port_in_use "$port" && break; sleep 0.1; done
+        port_in_use "$port" || { tail -20 "$dir/pgbouncer/pgbouncer.log" >&2; die "pgbouncer not listening on $port"; }
+        echo "$port" >"$dir/pgbouncer/port"
+        say "PgBouncer $(/usr/sbin/pgbouncer --version | awk 'NR==1{print $2}') (transaction mode) started on 127.0.0.1:$port"
+}
+
+pgbouncer_stop() {
+        local dir=$1 pid
+        [ -f "$dir/pgbouncer/pgbouncer.pid" ] || return 0
+        pid=$(cat "$dir/pgbouncer/pgbouncer.pid")
+        kill -INT "$pid" 2>/dev/null || true
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        rm -f "$dir/pgbouncer/pgbouncer.pid"
+}
+
 write_env() {
         local dir=$1
         cat >"$dir/env" <<ENV
@@ -211,7 +256,7 @@ ENV
 
 cmd=${1:-}
 dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: testbed.sh start|stop|pg-restart|kafka-stop|kafka-start DIR"
+[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: testbed.sh start|stop|pg-restart|kafka-stop|kafka-start|pgbouncer-start|pgbouncer-stop DIR"
 
 case "$cmd" in
 start)
@@ -227,6 +272,7 @@ start)
         write_env "$dir"
         ;;
 stop)
+        pgbouncer_stop "$dir"
         kafka_stop "$dir"
         pg_stop "$dir"
         # Prove nothing is left behind.
@@ -242,5 +288,7 @@ pg-stop) pg_stop "$dir" ;;
 pg-start) pg_ctl_start "$dir" ;;
 kafka-stop) kafka_stop "$dir" ;;
 kafka-start) kafka_start "$dir" ;;
+pgbouncer-start) pgbouncer_start "$dir" ;;
+pgbouncer-stop) pgbouncer_stop "$dir" ;;
 *) die "unknown command '$cmd'" ;;
 esac
