@@ -722,7 +722,6 @@ static int prepare_all(struct pg *pg, usec_t deadline, char *err, size_t errsz) 
                 if (r < 0)
                         return r;
         }
-        pg->reprepare = false;
         for (size_t i = 0; i < ELEMENTSOF(stmts); i++) {
                 PGresult *res;
                 int r;
@@ -736,9 +735,13 @@ static int prepare_all(struct pg *pg, usec_t deadline, char *err, size_t errsz) 
                 PQclear(res);
                 if (r == -EIO)
                         note_pooler(pg, POOLER_PREPARE, pg->err_state, err, errsz);
+                /* A failure part way (a lock timeout behind a migration) leaves `reprepare` set: the
+                 * next claim starts over with DEALLOCATE ALL instead of running statements that
+                 * are gone (which would also read as a pooler's 26000). */
                 if (r < 0)
                         return r;
         }
+        pg->reprepare = false;
         return 0;
 }
 

@@ -746,6 +746,50 @@ static void errors_are_explained(void **state) {
         ts_pg_exec(admin, "DELETE FROM outbox WHERE topic = '%s'", t);
 }
 
+/* A re-prepare (after a stale plan) that fails part way, here behind a migration's lock: the next
+ * claim prepares again instead of running statements DEALLOCATE ALL removed, and nothing reads as
+ * a pooler's shared session (26000). */
+static void a_failed_reprepare_is_tried_again(void **state) {
+        _cleanup_free_ char *t = ts_topic("tc-reprep");
+        struct pg_batch b;
+        char err[512];
+        PGresult *res;
+        int r;
+
+        (void)state;
+        ts_pg_exec(admin, "INSERT INTO outbox (topic, key, payload) VALUES ('%s', 'k', 'x')", t);
+        res = PQexec(pg.conn, "SET lock_timeout = '200ms'");
+        assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+        PQclear(res);
+        pg.reprepare = true;
+        ts_pg_exec(admin, "BEGIN; LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE");
+        scribble(err, sizeof(err));
+        r = pg_claim(&pg, LIMIT, NULL, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err));
+        ts_pg_exec(admin, "ROLLBACK");
+        fprintf(stderr, "  behind the lock: %d, '%s'\n", r, err);
+        assert_int_equal(r, -EIO);
+        assert_non_null(strstr(err, "lock timeout"));
+        assert_true(pg_connected(&pg));
+        assert_true(pg.reprepare);
+        assert_false(pg.session_shared);
+        /* the lock is gone: the claim prepares everything again and takes the row */
+        r = pg_claim(&pg, LIMIT, NULL, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err));
+        if (r < 0)
+                fail_msg("the claim after the failed re-prepare: %d, %s", r, err);
+        assert_false(pg.reprepare);
+        assert_false(pg.session_shared);
+        {
+                _cleanup_free_ char *got = rows_of(&b, t);
+
+                assert_non_null(strstr(got, " k\n"));
+        }
+        pg_batch_clear(&b);
+        pg_rollback(&pg, now_usec() + 5 * USEC_PER_SEC);
+        res = PQexec(pg.conn, "RESET lock_timeout");
+        PQclear(res);
+        ts_pg_exec(admin, "DELETE FROM outbox WHERE topic = '%s'", t);
+}
+
 /* sql/004 is applied by the test bed; applying it again changes nothing. */
 static void migration_004_reapplies(void **state) {
         const char *src = ts_env("OUTBOX_RELAY_SRCDIR");
@@ -777,6 +821,7 @@ int main(void) {
                 cmocka_unit_test_setup(paused_key_backlog_not_read, connect_pg),
                 cmocka_unit_test_setup(skip_locked_still_skips, connect_pg),
                 cmocka_unit_test_setup(errors_are_explained, connect_pg),
+                cmocka_unit_test_setup(a_failed_reprepare_is_tried_again, connect_pg),
                 cmocka_unit_test_setup(alone_and_shared_keep_order, connect_pg),
                 cmocka_unit_test_setup(a_trickle_locks_only_its_buckets, connect_pg),
                 cmocka_unit_test_setup(a_share_reads_at_most_its_depth, connect_pg),
