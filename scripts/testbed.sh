@@ -199,9 +199,11 @@ kafka_stop() {
 # A connection pooler in transaction mode, the setup the relay cannot share work through (its
 # session locks and prepared statements need a session of their own): the test that the relay
 # says so starts it. Trust authentication, like the server behind it.
+PGBOUNCER=${PGBOUNCER:-/usr/sbin/pgbouncer}
 pgbouncer_start() {
         local dir=$1 port
-        command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || die "pgbouncer not found (run scripts/install-deps.sh)"
+        [ -x "$PGBOUNCER" ] || die "$PGBOUNCER not found (run scripts/install-deps.sh)"
+        pgbouncer_stop "$dir" # one a failed test left behind
         port=$(free_port)
         mkdir -p "$dir/pgbouncer"
         echo '"postgres" ""' >"$dir/pgbouncer/userlist.txt"
@@ -221,21 +223,29 @@ logfile = $dir/pgbouncer/pgbouncer.log
 pidfile = $dir/pgbouncer/pgbouncer.pid
 INI
         [ "$(id -u)" -eq 0 ] && chown -R postgres:postgres "$dir/pgbouncer"
-        as_pg /usr/sbin/pgbouncer -d -q "$dir/pgbouncer/pgbouncer.ini" ||
+        as_pg "$PGBOUNCER" -d -q "$dir/pgbouncer/pgbouncer.ini" ||
                 { tail -20 "$dir/pgbouncer/pgbouncer.log" >&2; die "pgbouncer did not start"; }
-        for _ in $(seq 100); do port_in_use "$port" && break; sleep 0.1; done
-        port_in_use "$port" || { tail -20 "$dir/pgbouncer/pgbouncer.log" >&2; die "pgbouncer not listening on $port"; }
+        # Its own pid file, and its port taken: the PgBouncer just started is the one listening.
+        for _ in $(seq 100); do
+                [ -s "$dir/pgbouncer/pgbouncer.pid" ] && kill -0 "$(cat "$dir/pgbouncer/pgbouncer.pid")" 2>/dev/null &&
+                        port_in_use "$port" && break
+                sleep 0.1
+        done
+        port_in_use "$port" || { tail -20 "$dir/pgbouncer/pgbouncer.log" >&2; pgbouncer_stop "$dir"; die "pgbouncer not listening on $port"; }
         echo "$port" >"$dir/pgbouncer/port"
-        say "PgBouncer $(/usr/sbin/pgbouncer --version | awk 'NR==1{print $2}') (transaction mode) started on 127.0.0.1:$port"
+        say "PgBouncer $("$PGBOUNCER" --version | awk 'NR==1{print $2}') (transaction mode) started on 127.0.0.1:$port"
 }
 
 pgbouncer_stop() {
         local dir=$1 pid
         [ -f "$dir/pgbouncer/pgbouncer.pid" ] || return 0
         pid=$(cat "$dir/pgbouncer/pgbouncer.pid")
-        kill -INT "$pid" 2>/dev/null || true
-        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+                kill -INT "$pid" 2>/dev/null || true
+                for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+                kill -0 "$pid" 2>/dev/null && { say "PgBouncer did not stop in 10s, killing it"; kill -KILL "$pid" 2>/dev/null || true; }
+                for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        fi
         rm -f "$dir/pgbouncer/pgbouncer.pid"
 }
 

@@ -3,9 +3,10 @@
 
 #include <string.h>
 
-const char pooler_hint[] = "the server session is shared with other clients: is the relay behind a connection pooler "
-                           "in transaction mode? It needs a session of its own: connect directly or through "
-                           "session pooling";
+const char pooler_hint[] =
+        "the server session is shared with other clients: is the relay behind a connection pooler "
+        "in transaction mode? It needs a session of its own: connect directly or through "
+        "session pooling";
 
 bool pooler_sign(enum pooler_step step, const char *state) {
         if (!state)

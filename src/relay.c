@@ -331,7 +331,12 @@ bool relay_session_shared(const struct relay *r) {
 /* The relay's own connection, then every pipeline's: all or none (a half-connected relay would
  * only wait for the rest). */
 static int connect_all(struct relay *r, usec_t now, char *err, size_t errsz) {
-        int ret = pg_connect(&r->pg, now + r->cfg->postgres.connect_timeout, err, errsz);
+        int ret;
+
+        /* What a pipeline's connection found last time must not outlive this attempt. */
+        for (unsigned i = 0; i < r->n_lanes; i++)
+                r->lanes[i].pg.session_shared = false;
+        ret = pg_connect(&r->pg, now + r->cfg->postgres.connect_timeout, err, errsz);
 
         for (unsigned i = 0; ret >= 0 && i < r->n_lanes; i++)
                 ret = pg_connect(&r->lanes[i].pg, now_usec() + r->cfg->postgres.connect_timeout, err, errsz);
@@ -874,8 +879,7 @@ int relay_run(struct relay *r) {
                                 }
                         } else
                                 wait_for_work(r, r->retry_at - now);
-                        /* systemctl status says why nothing moves (not before a first attempt:
-                         * a relay that connects at once says nothing of it). */
+                        /* systemctl status says why nothing moves. */
                         if (!relay_connected(r))
                                 relay_status(r, now);
                         if (relay_connected(r) && !r->ready_sent) {

@@ -140,8 +140,8 @@ void relay_look_at_members(struct relay *r, usec_t now) {
                  * statements to other sessions. Order still holds (bucket locks live within one
                  * transaction), but the relay needs a session of its own to share the work. */
                 if (!r->pooler_said)
-                        log_error("the relay's member lock on table '%s' is held by another backend than the "
-                                  "session that took it; %s",
+                        log_error("the relay's member lock on table '%s' is held by a backend other than the "
+                                  "one that took it; %s",
                                   r->cfg->postgres.table, pooler_hint);
                 r->pooler_said = true;
         }

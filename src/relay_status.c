@@ -47,9 +47,9 @@ void relay_publish_gauges(struct relay *r) {
  * database state. The figures are those of /metrics (metrics.h), read at the same moment. */
 void relay_status(struct relay *r, usec_t now) {
         char status[448], lagbuf[48] = "lag ?", err[256], shared_by[128] = "";
-        const char *db = relay_connected(r) ? "database ok"
-                : relay_session_shared(r)   ? "database session shared (a pooler in transaction mode?)"
-                                            : "database unavailable";
+        const char *db = relay_session_shared(r) ? "database session shared (a pooler in transaction mode?)"
+                : relay_connected(r)             ? "database ok"
+                                                 : "database unavailable";
         const struct metrics_totals *t = &r->metrics.d.totals;
         struct lag_look look = { 0 };
         double rate = 0;
@@ -70,10 +70,17 @@ void relay_status(struct relay *r, usec_t now) {
         metrics_update(&r->metrics, set_lag, &look);
         relay_publish_gauges(r);
 
-        if (pg_connected(&r->pg) && r->cfg->relay.ordering == ORDERING_SINGLE && !r->leader) {
+        if (!relay_connected(r)) {
+                /* Nothing of the table or of the others is known: what is wrong, and the totals. */
+                snprintf(status, sizeof(status), "%s, published %" PRIu64 ", dead-lettered %" PRIu64, db,
+                         t->published, t->dead_lettered);
+                notify_status(&r->notifier, status);
+                return;
+        }
+        if (r->cfg->relay.ordering == ORDERING_SINGLE && !r->leader) {
                 snprintf(status, sizeof(status),
-                         "standby (another relay publishes), published %" PRIu64 ", %s, database ok",
-                         t->published, lagbuf);
+                         "standby (another relay publishes), published %" PRIu64 ", %s, %s", t->published,
+                         lagbuf, db);
                 notify_status(&r->notifier, status);
                 return;
         }

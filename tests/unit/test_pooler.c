@@ -63,14 +63,22 @@ static const struct lock_case lock_cases[] = {
         { "our slot not listed (the look raced a reconnect)", { 9 }, { 555 }, 1, { 3 }, { 100 }, 1, false },
         { "nothing listed", { 0 }, { 0 }, 0, { 3 }, { 100 }, 1, false },
         { "no connection of ours", { 3 }, { 100 }, 1, { 0 }, { 0 }, 0, false },
-        { "a slot held twice: one on ours, one elsewhere", { 5, 5 }, { 100, 101 }, 2, { 5 }, { 100 }, 1, true },
+        { "a slot held twice: one on ours, one elsewhere",
+          { 5, 5 },
+          { 100, 101 },
+          2,
+          { 5 },
+          { 100 },
+          1,
+          true },
 };
 
 static void lock_table(void **state) {
         (void)state;
         for (size_t i = 0; i < sizeof(lock_cases) / sizeof(lock_cases[0]); i++) {
                 const struct lock_case *c = &lock_cases[i];
-                bool got = pooler_lock_elsewhere(c->slots, c->pids, c->n, c->own_slots, c->own_pids, c->n_own);
+                bool got =
+                        pooler_lock_elsewhere(c->slots, c->pids, c->n, c->own_slots, c->own_pids, c->n_own);
 
                 if (got != c->elsewhere)
                         fail_msg("case '%s': pooler_lock_elsewhere says %d, expected %d", c->name, got,
