@@ -100,10 +100,9 @@ struct pg {
         char op_msg[512]; /* the first failure's message */
         usec_t lock_timeout; /* the session's lock_timeout, 0 = none (set before connecting) */
         bool reprepare; /* a prepared statement went stale (ALTER TABLE): prepare them again */
-        /* The SQLSTATE of the last failed statement run outside a pipeline ("" when it had none;
-         * not cleared by a success: prepare_all clears it before each statement). And whether a
-         * failure proved the server session shared with other clients (pooler.h: a pooler in
-         * transaction mode); pg_connect clears that. */
+        /* The SQLSTATE of the last statement run outside a pipeline ("" when it succeeded or the
+         * failure had none). And whether a failure proved the server session shared with other
+         * clients (pooler.h: a pooler in transaction mode): the caller clears it. */
         char err_state[6];
         bool session_shared;
         /* Called about once a second while a call waits on the server, so the caller can keep

@@ -649,6 +649,7 @@ static int exec_sent(struct pg *pg, int sent, usec_t deadline, PGresult **out, c
         int r;
 
         *out = NULL;
+        pg->err_state[0] = 0;
         if (!sent)
                 return fail_conn(pg, -ECONNRESET, err, errsz, what);
         r = flush_out(pg, deadline);
@@ -728,7 +729,6 @@ static int prepare_all(struct pg *pg, usec_t deadline, char *err, size_t errsz) 
 
                 if (!stmts[i].sql)
                         continue; /* not needed in this mode */
-                pg->err_state[0] = 0;
                 r = exec_sent(pg, PQsendPrepare(pg->conn, stmts[i].name, stmts[i].sql, 0, NULL), deadline,
                               &res, err, errsz, stmts[i].what);
 
@@ -857,7 +857,6 @@ int pg_connect(struct pg *pg, usec_t deadline, char *err, size_t errsz) {
         int r;
 
         pg_disconnect(pg);
-        pg->session_shared = false;
         snprintf(idle, sizeof(idle), "%llu",
                  (unsigned long long)(cfg->postgres.keepalives_idle > USEC_PER_SEC
                                               ? cfg->postgres.keepalives_idle / USEC_PER_SEC

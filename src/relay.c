@@ -333,7 +333,9 @@ bool relay_session_shared(const struct relay *r) {
 static int connect_all(struct relay *r, usec_t now, char *err, size_t errsz) {
         int ret;
 
-        /* What a pipeline's connection found last time must not outlive this attempt. */
+        /* What a connection found last time must not outlive this attempt (a failure stops it
+         * before the pipelines' connections are tried). */
+        r->pg.session_shared = false;
         for (unsigned i = 0; i < r->n_lanes; i++)
                 r->lanes[i].pg.session_shared = false;
         ret = pg_connect(&r->pg, now + r->cfg->postgres.connect_timeout, err, errsz);
