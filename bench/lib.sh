@@ -1,6 +1,6 @@
 # lib.sh -- What the bench scripts but run.sh share: messages, the release build, a
-# private test bed removed on exit, the outbox fill, stopping the relays. Sourced, with NAME
-# (the script's name in messages), SRCDIR and BUILD set first.
+# private test bed removed on exit, the outbox fill, one timed drain, stopping the relays.
+# Sourced, with NAME (the script's name in messages), SRCDIR and BUILD set first.
 # shellcheck shell=bash
 
 RUN_START=$EPOCHREALTIME
@@ -83,4 +83,43 @@ ALTER TABLE outbox ENABLE TRIGGER USER;
 VACUUM ANALYZE outbox;
 SQL
                 die "filling the outbox failed"
+}
+
+# CPU time of the whole machine so far, in clock ticks (user, nice, system, irq, softirq). Not
+# steal, which bench/run.sh's machine_ticks counts as busy: time the hypervisor kept is no work of
+# the relays, PostgreSQL or Kafka, and this figure is divided by the rows.
+busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+
+# One drain: keys, ordering, relays [, topic prefix] -> prints the rate (rows/s) and the machine's
+# CPU µs per row over the drain. ROWS rows, BATCH (empty: the relay's default), DRAIN_TIMEOUT
+# seconds, the relay binary RELAY (bench_build sets it).
+drain() {
+        local keys=$1 ordering=$2 n=$3 topic t0 t1 got conf batch_line="" c0 c1
+        topic="${4:-scaleout}-$keys-$ordering-$n"
+        "$UTIL" create-topic --topic "$topic" --partitions 3 >&2 || die "creating topic '$topic' failed"
+        fill "$ROWS" "$keys" "$topic"
+        [ -n "$BATCH" ] && batch_line="batch_size = $BATCH;"
+        conf=$TB/relay-$ordering.conf
+        cat >"$conf" <<CONF
+postgres = { conninfo = "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER"; };
+kafka = { bootstrap_servers = "$KAFKA_BOOTSTRAP"; };
+relay = { $batch_line poll_interval = "1s"; ordering = "$ordering"; status_interval = "5s"; };
+log = { level = "notice"; };
+http = { listen = "127.0.0.1:0"; };
+CONF
+        c0=$(busy_ticks)
+        t0=$EPOCHREALTIME
+        for i in $(seq "$n"); do
+                "$RELAY" -c "$conf" 2>>"$TB/relay-$topic-$i.log" &
+                PIDS+=($!)
+        done
+        "$UTIL" wait-drain --pid "${PIDS[0]}" --timeout "$DRAIN_TIMEOUT" --interval-ms 100 >"$TB/drain-$topic.out" ||
+                die "$topic: the relays did not drain the outbox (logs in $TB)"
+        c1=$(busy_ticks)
+        t1=$(awk -F= '$1 == "drained_at_us" { printf "%.6f", $2 / 1e6 }' "$TB/drain-$topic.out")
+        stop_relays
+        got=$("$UTIL" watermarks --topic "$topic")
+        [ "$got" -ge "$ROWS" ] || die "$topic: $got messages in Kafka, expected at least $ROWS"
+        say "$topic: $ROWS rows in $(calc "$t1 - $t0")s; $got messages in Kafka"
+        echo "$(calc "$ROWS / ($t1 - $t0)") $(calc "($c1 - $c0) * 1e6 / $(getconf CLK_TCK) / $ROWS")"
 }
