@@ -48,7 +48,8 @@ HERE=$RELAY
 OTHER_TREE=$(mktemp -d "/tmp/outbox-compare-$REV_ID.XXXXXX")
 # The worktree goes with the test bed, whatever happens.
 remove_worktree() { git -C "$SRCDIR" worktree remove --force "$OTHER_TREE" 2>/dev/null || rm -rf "$OTHER_TREE"; }
-trap 'rc=$?; remove_worktree; (exit $rc); cleanup' EXIT
+# set +e: under set -e, (exit $rc) with rc > 0 would end the trap before cleanup stops the test bed.
+trap 'rc=$?; set +e; remove_worktree; (exit "$rc"); cleanup' EXIT
 git -C "$SRCDIR" worktree add --detach "$OTHER_TREE" "$REV_ID" >&2 || die "cannot check out $REV_ID"
 say "building $REV_ID"
 meson setup "$OTHER_TREE/build" "$OTHER_TREE" -Dbuildtype=release -Dbench=enabled >/dev/null || die "meson setup of $REV_ID failed"
@@ -74,18 +75,22 @@ claim_stats() {
 
 # One measured drain with the relay binary $1: "rate cpu calls rows_per_claim us_per_row buffers".
 measure() {
-        local r c
+        local r c out stats
         RELAY=$1
-        q "SELECT pg_stat_statements_reset()" >/dev/null
-        read -r r c <<<"$(drain "$KEYS" "$ORDERING" "$N" "$2")"
-        echo "$r $c $(claim_stats)"
+        q "SELECT pg_stat_statements_reset()" >/dev/null || exit 1
+        out=$(drain "$KEYS" "$ORDERING" "$N" "$2") || exit 1
+        read -r r c <<<"$out"
+        stats=$(claim_stats) || exit 1
+        echo "$r $c $stats"
 }
 
 for side in "$HERE" "$THERE"; do
         MEASURED_ROWS=$ROWS
         ROWS=$WARMUP_ROWS
         RELAY=$side
-        read -r r _ <<<"$(drain "$KEYS" "$ORDERING" "$N" "warmup-$([ "$side" = "$HERE" ] && echo a || echo b)")"
+        out=$(drain "$KEYS" "$ORDERING" "$N" "warmup-$([ "$side" = "$HERE" ] && echo a || echo b)") ||
+                die "the warm-up drain failed"
+        read -r r _ <<<"$out"
         ROWS=$MEASURED_ROWS
         say "warm-up of $([ "$side" = "$HERE" ] && echo "$HEAD_ID" || echo "$REV_ID"): $(printf '%.0f' "$r") rows/s (not measured)"
 done
@@ -93,11 +98,11 @@ done
 declare -a LINES RATIOS
 for p in $(seq "$PAIRS"); do
         if [ $((p % 2)) = 1 ]; then
-                a=$(measure "$HERE" "compare-p$p-a")
-                b=$(measure "$THERE" "compare-p$p-b")
+                a=$(measure "$HERE" "compare-p$p-a") || die "pair $p: a drain failed"
+                b=$(measure "$THERE" "compare-p$p-b") || die "pair $p: a drain failed"
         else
-                b=$(measure "$THERE" "compare-p$p-b")
-                a=$(measure "$HERE" "compare-p$p-a")
+                b=$(measure "$THERE" "compare-p$p-b") || die "pair $p: a drain failed"
+                a=$(measure "$HERE" "compare-p$p-a") || die "pair $p: a drain failed"
         fi
         read -r ar ac an ark aus abuf <<<"$a"
         read -r br bc bn brk bus bbuf <<<"$b"

@@ -26,6 +26,8 @@ stop_relays() {
 cleanup() {
         local rc=$?
         trap - EXIT INT TERM
+        # Relays of a drain that was cut short (drain() runs in $(...), its PIDS are not ours).
+        if [ -n "$TB" ] && [ -f "$TB/drain.pids" ]; then mapfile -t -O "${#PIDS[@]}" PIDS <"$TB/drain.pids"; fi
         stop_relays
         if [ -n "$TB" ] && [ -d "$TB" ]; then
                 "$SRCDIR/scripts/testbed.sh" stop "$TB" >/dev/null 2>&1 || echo "$NAME: stopping the test bed failed" >&2
@@ -92,7 +94,8 @@ busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 
 # One drain: keys, ordering, relays [, topic prefix] -> prints the rate (rows/s) and the machine's
 # CPU µs per row over the drain. ROWS rows, BATCH (empty: the relay's default), DRAIN_TIMEOUT
-# seconds, the relay binary RELAY (bench_build sets it).
+# seconds, the relay binary RELAY (bench_build sets it). Callers run it in $(...), where a die()
+# ends only that subshell: check its status (out=$(drain ...) || die ...).
 drain() {
         local keys=$1 ordering=$2 n=$3 topic t0 t1 got conf batch_line="" c0 c1
         topic="${4:-scaleout}-$keys-$ordering-$n"
@@ -112,12 +115,15 @@ CONF
         for i in $(seq "$n"); do
                 "$RELAY" -c "$conf" 2>>"$TB/relay-$topic-$i.log" &
                 PIDS+=($!)
+                echo $! >>"$TB/drain.pids" # for cleanup(): PIDS is this subshell's
         done
+        # drain runs in $(...), which has no EXIT trap: stop the relays before failing.
         "$UTIL" wait-drain --pid "${PIDS[0]}" --timeout "$DRAIN_TIMEOUT" --interval-ms 100 >"$TB/drain-$topic.out" ||
-                die "$topic: the relays did not drain the outbox (logs in $TB)"
+                { stop_relays; rm -f "$TB/drain.pids"; die "$topic: the relays did not drain the outbox (logs in $TB)"; }
         c1=$(busy_ticks)
         t1=$(awk -F= '$1 == "drained_at_us" { printf "%.6f", $2 / 1e6 }' "$TB/drain-$topic.out")
         stop_relays
+        rm -f "$TB/drain.pids"
         got=$("$UTIL" watermarks --topic "$topic")
         [ "$got" -ge "$ROWS" ] || die "$topic: $got messages in Kafka, expected at least $ROWS"
         say "$topic: $ROWS rows in $(calc "$t1 - $t0")s; $got messages in Kafka"

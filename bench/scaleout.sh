@@ -43,7 +43,8 @@ bench_testbed
 MEASURED_ROWS=$ROWS
 ROWS=$WARMUP_ROWS
 for ordering in key none; do
-        read -r r _ <<<"$(drain 10000 "$ordering" 1 warmup)"
+        out=$(drain 10000 "$ordering" 1 warmup) || die "the warm-up drain failed"
+        read -r r _ <<<"$out"
         say "warm-up, ordering \"$ordering\": $(printf '%.0f' "$r") rows/s (not measured)"
 done
 ROWS=$MEASURED_ROWS
@@ -67,7 +68,9 @@ for rep in $(seq "$REPEAT"); do
         for i in "${!PAIRS[@]}"; do
                 read -r keys n <<<"${PAIRS[$(((i + rep - 1) % ${#PAIRS[@]}))]}"
                 for ordering in $([ $((rep % 2)) = 1 ] && echo key none || echo none key); do
-                        read -r r c <<<"$(drain "$keys" "$ordering" "$n" "scaleout$([ "$REPEAT" -gt 1 ] && echo "-r$rep")")"
+                        out=$(drain "$keys" "$ordering" "$n" "scaleout$([ "$REPEAT" -gt 1 ] && echo "-r$rep")") ||
+                                die "keys $keys, ordering \"$ordering\", $n relay(s): the drain failed"
+                        read -r r c <<<"$out"
                         RUNS[$keys-$ordering-$n]="${RUNS[$keys-$ordering-$n]:-} $r"
                         CPUS[$keys-$ordering-$n]="${CPUS[$keys-$ordering-$n]:-} $c"
                         say "round $rep, keys $keys, ordering \"$ordering\", $n relay(s): $(printf '%.0f' "$r") rows/s, machine CPU $(printf '%.2f' "$c") µs per row"
