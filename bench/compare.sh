@@ -112,7 +112,7 @@ for p in $(seq "$PAIRS"); do
                 "$p" "$ar" "$br" "$ratio" "$ac" "$bc" "$an" "$bn" "$ark" "$brk" "$aus" "$bus" "$abuf" "$bbuf")")
         say "pair $p: $HEAD_ID $(printf '%.0f' "$ar") rows/s, $REV_ID $(printf '%.0f' "$br") rows/s ($ratio)"
 done
-median=$(printf '%s\n' "${RATIOS[@]}" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+median=$(echo "${RATIOS[@]}" | median)
 faster=$(printf '%s\n' "${RATIOS[@]}" | awk '$1 > 1 { n++ } END { print n + 0 }')
 
 {

@@ -87,6 +87,9 @@ SQL
                 die "filling the outbox failed"
 }
 
+# The median of the numbers on stdin (separated by spaces or newlines).
+median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
 # CPU time of the whole machine so far, in clock ticks (user, nice, system, irq, softirq). Not
 # steal, which bench/run.sh's machine_ticks counts as busy: time the hypervisor kept is no work of
 # the relays, PostgreSQL or Kafka, and this figure is divided by the rows.

@@ -59,7 +59,6 @@ ROWS=$MEASURED_ROWS
 # case had varied by up to 1.53× within one run.) Odd rounds run the ordered side of each pair
 # first, even rounds "none"; each case reports its median.
 declare -A RATE CPU RUNS=() CPUS=()
-median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 PAIRS=()
 for keys in $KEYS; do
         for n in $RELAYS; do PAIRS+=("$keys $n"); done
