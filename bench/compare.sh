@@ -84,15 +84,12 @@ measure() {
         echo "$r $c $stats"
 }
 
-for side in "$HERE" "$THERE"; do
-        MEASURED_ROWS=$ROWS
-        ROWS=$WARMUP_ROWS
-        RELAY=$side
-        out=$(drain "$KEYS" "$ORDERING" "$N" "warmup-$([ "$side" = "$HERE" ] && echo a || echo b)") ||
-                die "the warm-up drain failed"
+for side in a b; do
+        # In $(...): the warm-up's RELAY and ROWS stay in the subshell.
+        out=$(if [ $side = a ]; then RELAY=$HERE; else RELAY=$THERE; fi
+                ROWS=$WARMUP_ROWS drain "$KEYS" "$ORDERING" "$N" "warmup-$side") || die "the warm-up drain failed"
         read -r r _ <<<"$out"
-        ROWS=$MEASURED_ROWS
-        say "warm-up of $([ "$side" = "$HERE" ] && echo "$HEAD_ID" || echo "$REV_ID"): $(printf '%.0f' "$r") rows/s (not measured)"
+        say "warm-up of $([ $side = a ] && echo "$HEAD_ID" || echo "$REV_ID"): $(printf '%.0f' "$r") rows/s (not measured)"
 done
 
 declare -a LINES RATIOS

@@ -40,14 +40,11 @@ bench_testbed
 # Warm-up, not measured: on a fresh test bed the first case ran about a third slower than the
 # same case later in the run (the broker's JVM still compiling, PostgreSQL's caches cold), and
 # the first case is always 1 ordered relay at 50 keys. One drain in each mode first.
-MEASURED_ROWS=$ROWS
-ROWS=$WARMUP_ROWS
 for ordering in key none; do
-        out=$(drain 10000 "$ordering" 1 warmup) || die "the warm-up drain failed"
+        out=$(ROWS=$WARMUP_ROWS drain 10000 "$ordering" 1 warmup) || die "the warm-up drain failed"
         read -r r _ <<<"$out"
         say "warm-up, ordering \"$ordering\": $(printf '%.0f' "$r") rows/s (not measured)"
 done
-ROWS=$MEASURED_ROWS
 
 # The cases run in pairs, ordered and "none" at the same keys and relays, so that the two sides of
 # "ordered ÷ none" are measured next to each other. With BENCH_REPEAT > 1 the run goes in rounds:
