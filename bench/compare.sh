@@ -12,9 +12,10 @@
 #
 # On this 2-core machine drains of one build varied by up to 1.53x within one run (bench/README.md),
 # so one drain each says nothing; a pair's two drains are minutes apart at most, and the table
-# gives every pair's ratio and their median. With each drain go the machine's CPU per row and,
-# from pg_stat_statements (reset before each drain), the claims': how many, rows per claim, the
-# server's execution time per row claimed and buffers per claim. Those show where a change moves
+# gives every pair's ratio and their median. With each drain go the CPU per row of the machine, of
+# PostgreSQL and of Kafka (the rest is the relays' and the machine's own), and from
+# pg_stat_statements (reset before each drain) the claims': how many, rows per claim, the server's
+# execution time per row claimed and buffers per claim. Those show where a change moves
 # the database's work even when the rates are lost in the noise.
 #
 # Environment: BENCH_PAIRS [6], BENCH_ROWS [1000000], BENCH_KEYS [50], BENCH_RELAYS [3],
@@ -73,15 +74,15 @@ claim_stats() {
                 tr '|' ' '
 }
 
-# One measured drain with the relay binary $1: "rate cpu calls rows_per_claim us_per_row buffers".
+# One measured drain with the relay binary $1:
+# "rate cpu pg_cpu kafka_cpu calls rows_per_claim us_per_row buffers".
 measure() {
-        local r c out stats
+        local out stats
         RELAY=$1
         q "SELECT pg_stat_statements_reset()" >/dev/null || exit 1
         out=$(drain "$KEYS" "$ORDERING" "$N" "$2") || exit 1
-        read -r r c <<<"$out"
         stats=$(claim_stats) || exit 1
-        echo "$r $c $stats"
+        echo "$out $stats"
 }
 
 for side in a b; do
@@ -101,12 +102,13 @@ for p in $(seq "$PAIRS"); do
                 b=$(measure "$THERE" "compare-p$p-b") || die "pair $p: a drain failed"
                 a=$(measure "$HERE" "compare-p$p-a") || die "pair $p: a drain failed"
         fi
-        read -r ar ac an ark aus abuf <<<"$a"
-        read -r br bc bn brk bus bbuf <<<"$b"
+        read -r ar ac apc akc an ark aus abuf <<<"$a"
+        read -r br bc bpc bkc bn brk bus bbuf <<<"$b"
         ratio=$(calc "$ar / $br")
         RATIOS+=("$ratio")
-        LINES+=("$(printf '| %s | %.0f | %.0f | %.3f | %.2f / %.2f | %s / %s | %s / %s | %s / %s | %s / %s |' \
-                "$p" "$ar" "$br" "$ratio" "$ac" "$bc" "$an" "$bn" "$ark" "$brk" "$aus" "$bus" "$abuf" "$bbuf")")
+        LINES+=("$(printf '| %s | %.0f | %.0f | %.3f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %s / %s | %s / %s | %s / %s | %s / %s |' \
+                "$p" "$ar" "$br" "$ratio" "$ac" "$bc" "$apc" "$bpc" "$akc" "$bkc" "$an" "$bn" "$ark" "$brk" \
+                "$aus" "$bus" "$abuf" "$bbuf")")
         say "pair $p: $HEAD_ID $(printf '%.0f' "$ar") rows/s, $REV_ID $(printf '%.0f' "$br") rows/s ($ratio)"
 done
 median=$(echo "${RATIOS[@]}" | median)
@@ -118,8 +120,8 @@ faster=$(printf '%s\n' "${RATIOS[@]}" | awk '$1 > 1 { n++ } END { print n + 0 }'
         echo "A is $HEAD_ID, B is $REV_ID; each pair drained in turn on one test bed (A first in odd pairs)."
         echo "Claims: pg_stat_statements over each drain."
         echo
-        echo "| pair | A rows/s | B rows/s | A ÷ B | machine CPU µs/row, A / B | claims, A / B | rows a claim, A / B | claim execution µs a row, A / B | buffers a claim, A / B |"
-        echo "|---|---|---|---|---|---|---|---|---|"
+        echo "| pair | A rows/s | B rows/s | A ÷ B | machine CPU µs/row, A / B | PostgreSQL CPU µs/row, A / B | Kafka CPU µs/row, A / B | claims, A / B | rows a claim, A / B | claim execution µs a row, A / B | buffers a claim, A / B |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|"
         printf '%s\n' "${LINES[@]}"
         echo
         echo "A ÷ B: median $(printf '%.3f' "$median"); A faster in $faster of $PAIRS pairs."

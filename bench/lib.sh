@@ -94,13 +94,36 @@ median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v
 # steal, which bench/run.sh's machine_ticks counts as busy: time the hypervisor kept is no work of
 # the relays, PostgreSQL or Kafka, and this figure is divided by the rows.
 busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+# PostgreSQL's CPU ticks: the postmaster's, its live children's, and those of the children it has
+# reaped (cutime, cstime), so sessions that end during a drain still count. A session that ends
+# while this reads is missed, and counted in the next reading: drain() reads after pg_quiet.
+pg_ticks() {
+        local pm c
+        pm=$(head -1 "$TB/pg/data/postmaster.pid")
+        {
+                awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat"
+                for c in $(pgrep -P "$pm"); do awk '{ print $14 + $15 }' "/proc/$c/stat" 2>/dev/null || true; done
+        } | awk '{ s += $1 } END { print s + 0 }'
+}
+# Until no client session of the outbox's database is left (psql's end, say), 5 s at most.
+pg_quiet() {
+        local pm
+        pm=$(head -1 "$TB/pg/data/postmaster.pid")
+        for _ in $(seq 50); do
+                pgrep -P "$pm" -f "^postgres: [^ ]+ $PGDATABASE " >/dev/null || return 0
+                sleep 0.1
+        done
+}
+# The broker's CPU ticks (its JVM, every thread).
+kafka_ticks() { awk '{ print $14 + $15 }' "/proc/$(cat "$TB/kafka/pid")/stat"; }
 
-# One drain: keys, ordering, relays [, topic prefix] -> prints the rate (rows/s) and the machine's
-# CPU µs per row over the drain. ROWS rows, BATCH (empty: the relay's default), DRAIN_TIMEOUT
-# seconds, the relay binary RELAY (bench_build sets it). Callers run it in $(...), where a die()
-# ends only that subshell: check its status (out=$(drain ...) || die ...).
+# One drain: keys, ordering, relays [, topic prefix] -> prints the rate (rows/s) and the CPU µs
+# per row over the drain of the machine, of PostgreSQL and of Kafka. ROWS rows, BATCH (empty: the
+# relay's default), DRAIN_TIMEOUT seconds, the relay binary RELAY (bench_build sets it). Callers
+# run it in $(...), where a die() ends only that subshell: check its status (out=$(drain ...) ||
+# die ...).
 drain() {
-        local keys=$1 ordering=$2 n=$3 topic t0 t1 got conf batch_line="" c0 c1
+        local keys=$1 ordering=$2 n=$3 topic t0 t1 got conf batch_line="" c0 c1 p0 p1 k0 k1 hz
         topic="${4:-scaleout}-$keys-$ordering-$n"
         "$UTIL" create-topic --topic "$topic" --partitions 3 >&2 || die "creating topic '$topic' failed"
         fill "$ROWS" "$keys" "$topic"
@@ -113,7 +136,8 @@ relay = { $batch_line poll_interval = "1s"; ordering = "$ordering"; status_inter
 log = { level = "notice"; };
 http = { listen = "127.0.0.1:0"; };
 CONF
-        c0=$(busy_ticks)
+        pg_quiet
+        c0=$(busy_ticks) p0=$(pg_ticks) k0=$(kafka_ticks)
         t0=$EPOCHREALTIME
         for i in $(seq "$n"); do
                 "$RELAY" -c "$conf" 2>>"$TB/relay-$topic-$i.log" &
@@ -123,12 +147,14 @@ CONF
         # drain runs in $(...), which has no EXIT trap: stop the relays before failing.
         "$UTIL" wait-drain --pid "${PIDS[0]}" --timeout "$DRAIN_TIMEOUT" --interval-ms 100 >"$TB/drain-$topic.out" ||
                 { stop_relays; rm -f "$TB/drain.pids"; die "$topic: the relays did not drain the outbox (logs in $TB)"; }
-        c1=$(busy_ticks)
+        c1=$(busy_ticks) p1=$(pg_ticks) k1=$(kafka_ticks)
         t1=$(awk -F= '$1 == "drained_at_us" { printf "%.6f", $2 / 1e6 }' "$TB/drain-$topic.out")
         stop_relays
         rm -f "$TB/drain.pids"
         got=$("$UTIL" watermarks --topic "$topic")
         [ "$got" -ge "$ROWS" ] || die "$topic: $got messages in Kafka, expected at least $ROWS"
         say "$topic: $ROWS rows in $(calc "$t1 - $t0")s; $got messages in Kafka"
-        echo "$(calc "$ROWS / ($t1 - $t0)") $(calc "($c1 - $c0) * 1e6 / $(getconf CLK_TCK) / $ROWS")"
+        hz=$(getconf CLK_TCK)
+        echo "$(calc "$ROWS / ($t1 - $t0)") $(calc "($c1 - $c0) * 1e6 / $hz / $ROWS")" \
+                "$(calc "($p1 - $p0) * 1e6 / $hz / $ROWS") $(calc "($k1 - $k0) * 1e6 / $hz / $ROWS")"
 }

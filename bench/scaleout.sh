@@ -11,7 +11,8 @@
 # check: tests/integration/test_sharing.c checks order under faults). Prints a markdown table
 # with the ratios the targets speak of, and writes it to bench/results-scaleout.md. With each rate
 # goes the machine's CPU per row over the drain (every process on it: the relays, PostgreSQL,
-# Kafka): on this 2-core machine the cases are bound by CPU, and the ordered claim's cost shows there.
+# Kafka), and PostgreSQL's and Kafka's own: on this 2-core machine the cases are bound by CPU, and
+# the ordered claim's cost shows there.
 #
 # Environment: BENCH_ROWS [1000000], BENCH_WARMUP_ROWS [200000] (one unmeasured drain per mode
 # first), BENCH_BATCH [the relay's default], BENCH_BUILD [build/bench],
@@ -55,7 +56,7 @@ done
 # its repeats in a row, and those two ratios compared cases measured minutes apart; drains of one
 # case had varied by up to 1.53× within one run.) Odd rounds run the ordered side of each pair
 # first, even rounds "none"; each case reports its median.
-declare -A RATE CPU RUNS=() CPUS=()
+declare -A RATE CPU PGCPU KCPU RUNS=() CPUS=() PGCPUS=() KCPUS=()
 PAIRS=()
 for keys in $KEYS; do
         for n in $RELAYS; do PAIRS+=("$keys $n"); done
@@ -66,28 +67,34 @@ for rep in $(seq "$REPEAT"); do
                 for ordering in $([ $((rep % 2)) = 1 ] && echo key none || echo none key); do
                         out=$(drain "$keys" "$ordering" "$n" "scaleout$([ "$REPEAT" -gt 1 ] && echo "-r$rep")") ||
                                 die "keys $keys, ordering \"$ordering\", $n relay(s): the drain failed"
-                        read -r r c <<<"$out"
+                        read -r r c pc kc <<<"$out"
                         RUNS[$keys-$ordering-$n]="${RUNS[$keys-$ordering-$n]:-} $r"
                         CPUS[$keys-$ordering-$n]="${CPUS[$keys-$ordering-$n]:-} $c"
-                        say "round $rep, keys $keys, ordering \"$ordering\", $n relay(s): $(printf '%.0f' "$r") rows/s, machine CPU $(printf '%.2f' "$c") µs per row"
+                        PGCPUS[$keys-$ordering-$n]="${PGCPUS[$keys-$ordering-$n]:-} $pc"
+                        KCPUS[$keys-$ordering-$n]="${KCPUS[$keys-$ordering-$n]:-} $kc"
+                        say "round $rep, keys $keys, ordering \"$ordering\", $n relay(s): $(printf '%.0f' "$r") rows/s, CPU µs per row: machine $(printf '%.2f' "$c"), PostgreSQL $(printf '%.2f' "$pc"), Kafka $(printf '%.2f' "$kc")"
                 done
         done
 done
 for case in "${!RUNS[@]}"; do
         RATE[$case]=$(echo ${RUNS[$case]} | median)
         CPU[$case]=$(echo ${CPUS[$case]} | median)
+        PGCPU[$case]=$(echo ${PGCPUS[$case]} | median)
+        KCPU[$case]=$(echo ${KCPUS[$case]} | median)
 done
 
 {
         echo "### Several relays on one table ($(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/scaleout.sh\`, $ROWS rows per case$([ "$REPEAT" -gt 1 ] && echo ", median of $REPEAT rounds, in pairs"))"
         echo
-        echo "| keys | relays | ordered (\"key\") rows/s | \"none\" rows/s | ordered ÷ none | ordered ÷ 1 relay ordered | machine CPU µs/row, ordered / \"none\" |"
-        echo "|---|---|---|---|---|---|---|"
+        echo "| keys | relays | ordered (\"key\") rows/s | \"none\" rows/s | ordered ÷ none | ordered ÷ 1 relay ordered | machine CPU µs/row, ordered / \"none\" | PostgreSQL CPU µs/row, ordered / \"none\" | Kafka CPU µs/row, ordered / \"none\" |"
+        echo "|---|---|---|---|---|---|---|---|---|"
         for keys in $KEYS; do
                 for n in $RELAYS; do
                         o=${RATE[$keys-key-$n]} u=${RATE[$keys-none-$n]} o1=${RATE[$keys-key-${RELAYS%% *}]}
-                        printf '| %s | %s | %.0f | %.0f | %.3f | %.3f | %.2f / %.2f |\n' "$keys" "$n" "$o" "$u" \
-                                "$(calc "$o / $u")" "$(calc "$o / $o1")" "${CPU[$keys-key-$n]}" "${CPU[$keys-none-$n]}"
+                        printf '| %s | %s | %.0f | %.0f | %.3f | %.3f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f |\n' \
+                                "$keys" "$n" "$o" "$u" "$(calc "$o / $u")" "$(calc "$o / $o1")" \
+                                "${CPU[$keys-key-$n]}" "${CPU[$keys-none-$n]}" "${PGCPU[$keys-key-$n]}" \
+                                "${PGCPU[$keys-none-$n]}" "${KCPU[$keys-key-$n]}" "${KCPU[$keys-none-$n]}"
                 done
         done
         echo
