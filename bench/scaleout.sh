@@ -56,7 +56,9 @@ done
 # its repeats in a row, and those two ratios compared cases measured minutes apart; drains of one
 # case had varied by up to 1.53× within one run.) Odd rounds run the ordered side of each pair
 # first, even rounds "none"; each case reports its median.
-declare -A RATE CPU PGCPU KCPU RUNS=() CPUS=() PGCPUS=() KCPUS=()
+# Each case's drains, a line each as drain() prints it: rate, then the CPU a row of the machine,
+# of PostgreSQL and of Kafka.
+declare -A DRAINS=() RATE
 PAIRS=()
 for keys in $KEYS; do
         for n in $RELAYS; do PAIRS+=("$keys $n"); done
@@ -68,20 +70,14 @@ for rep in $(seq "$REPEAT"); do
                         out=$(drain "$keys" "$ordering" "$n" "scaleout$([ "$REPEAT" -gt 1 ] && echo "-r$rep")") ||
                                 die "keys $keys, ordering \"$ordering\", $n relay(s): the drain failed"
                         read -r r c pc kc <<<"$out"
-                        RUNS[$keys-$ordering-$n]="${RUNS[$keys-$ordering-$n]:-} $r"
-                        CPUS[$keys-$ordering-$n]="${CPUS[$keys-$ordering-$n]:-} $c"
-                        PGCPUS[$keys-$ordering-$n]="${PGCPUS[$keys-$ordering-$n]:-} $pc"
-                        KCPUS[$keys-$ordering-$n]="${KCPUS[$keys-$ordering-$n]:-} $kc"
+                        DRAINS[$keys-$ordering-$n]+="$out"$'\n'
                         say "round $rep, keys $keys, ordering \"$ordering\", $n relay(s): $(printf '%.0f' "$r") rows/s, CPU µs per row: machine $(printf '%.2f' "$c"), PostgreSQL $(printf '%.2f' "$pc"), Kafka $(printf '%.2f' "$kc")"
                 done
         done
 done
-for case in "${!RUNS[@]}"; do
-        RATE[$case]=$(echo ${RUNS[$case]} | median)
-        CPU[$case]=$(echo ${CPUS[$case]} | median)
-        PGCPU[$case]=$(echo ${PGCPUS[$case]} | median)
-        KCPU[$case]=$(echo ${KCPUS[$case]} | median)
-done
+# The median of field $2 (1 the rate, 2 3 4 the CPU a row) over the drains of case $1.
+med() { printf '%s' "${DRAINS[$1]}" | awk -v f="$2" '{ print $f }' | median; }
+for case in "${!DRAINS[@]}"; do RATE[$case]=$(med "$case" 1); done
 
 {
         echo "### Several relays on one table ($(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/scaleout.sh\`, $ROWS rows per case$([ "$REPEAT" -gt 1 ] && echo ", median of $REPEAT rounds, in pairs"))"
@@ -93,8 +89,8 @@ done
                         o=${RATE[$keys-key-$n]} u=${RATE[$keys-none-$n]} o1=${RATE[$keys-key-${RELAYS%% *}]}
                         printf '| %s | %s | %.0f | %.0f | %.3f | %.3f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f |\n' \
                                 "$keys" "$n" "$o" "$u" "$(calc "$o / $u")" "$(calc "$o / $o1")" \
-                                "${CPU[$keys-key-$n]}" "${CPU[$keys-none-$n]}" "${PGCPU[$keys-key-$n]}" \
-                                "${PGCPU[$keys-none-$n]}" "${KCPU[$keys-key-$n]}" "${KCPU[$keys-none-$n]}"
+                                "$(med "$keys-key-$n" 2)" "$(med "$keys-none-$n" 2)" "$(med "$keys-key-$n" 3)" \
+                                "$(med "$keys-none-$n" 3)" "$(med "$keys-key-$n" 4)" "$(med "$keys-none-$n" 4)"
                 done
         done
         echo
