@@ -42,6 +42,10 @@ int message_log_level(int level, const char *fac, const char *text);
 /* Kafka's rule for topic names: 1..249 characters of [a-zA-Z0-9._-], neither "." nor "..".
  * Returns NULL for a legal name, else why not (a static string). */
 const char *message_topic_invalid(const char *topic);
+
+/* Why a row whose created_at is infinity or -infinity is dead-lettered (its last_error): a Kafka
+ * message's timestamp is milliseconds since the epoch, and no number stands for either. */
+#define MESSAGE_TIME_INFINITE "created_at is infinite: a Kafka message needs a finite timestamp"
 const char *outcome_to_string(enum outcome o);
 
 /* relay.source's rule: 1..MESSAGE_SOURCE_MAX bytes of well-formed UTF-8 without control

@@ -27,6 +27,7 @@ struct pg_row {
         const char *payload; /* NULL = tombstone */
         size_t payload_len;
         int64_t timestamp_ms; /* created_at, milliseconds since the epoch */
+        bool timestamp_known; /* false: created_at is infinity or -infinity (timestamp_ms 0) */
         int attempts;
         const char *headers; /* the headers column as JSON text (headers.h); NULL = SQL NULL */
         size_t headers_len;

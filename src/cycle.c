@@ -453,11 +453,16 @@ int cycle_claimed(struct relay *r, struct cycle *c) {
         for (size_t i = 0; i < c->claimed.n; i++) {
                 const struct pg_row *row = &c->claimed.rows[i];
 
-                c->b.rows[i] = (struct batch_row){ .id = row->id,
-                                                   .topic = row->topic,
-                                                   .key = row->key,
-                                                   .attempts = row->attempts,
-                                                   .map_error = c->headers[i].error };
+                c->b.rows[i] = (struct batch_row){
+                        .id = row->id,
+                        .topic = row->topic,
+                        .key = row->key,
+                        .attempts = row->attempts,
+                        /* c->headers[i] owns its error; the other is a literal. */
+                        .map_error = c->headers[i].error ? c->headers[i].error
+                                : row->timestamp_known   ? NULL
+                                                         : MESSAGE_TIME_INFINITE,
+                };
         }
         c->highest = c->claimed.rows[c->claimed.n - 1].id;
         ret = batch_prepare(&c->b);

@@ -658,6 +658,48 @@ static void a_share_reads_at_most_its_depth(void **state) {
         config_free(&kcfg);
 }
 
+/* Defect: a row whose created_at was infinity failed every claim that reached it ("cannot
+ * convert infinity to bigint"), so nothing after it was published, and one at the head of the
+ * pending rows failed the lag ("cannot subtract infinite timestamps"). Such a row now arrives
+ * without a time (the relay dead-letters it: cycle.c, test_relay), and the lag counts it as 0. */
+static void an_infinite_created_at(void **state) {
+        _cleanup_free_ char *t = ts_topic("tc-inf");
+        struct pg_batch b;
+        char err[512];
+        usec_t lag = 1;
+        int64_t pending = 0;
+
+        (void)state;
+        ts_pg_exec(
+                admin,
+                "INSERT INTO outbox (topic, key, payload, created_at) VALUES ('%s', 'k', 'a', '-infinity'),"
+                " ('%s', 'k', 'b', 'infinity'), ('%s', 'k', 'c', '2026-01-02 03:04:05.678+00')",
+                t, t, t);
+        /* from this test's rows on, whatever another test left */
+        pg.claim_floor = ts_pg_int(admin, "SELECT min(id) FROM outbox WHERE topic = '%s'", t);
+        for (int head = 0; head < 2; head++) {
+                /* the oldest pending row: -infinity, then (that one gone) infinity */
+                if (pg_lag(&pg, &lag, &pending, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)) < 0)
+                        fail_msg("pg_lag: %s", err);
+                assert_int_equal(lag, 0);
+                assert_int_equal(pending, 3 - head);
+                if (pg_claim(&pg, LIMIT, NULL, NULL, &b, now_usec() + 5 * USEC_PER_SEC, err, sizeof(err)) < 0)
+                        fail_msg("pg_claim: %s", err);
+                assert_int_equal(b.n, 3 - head);
+                for (int i = 0; i < 2 - head; i++) {
+                        assert_false(b.rows[i].timestamp_known);
+                        assert_int_equal(b.rows[i].timestamp_ms, 0);
+                }
+                assert_true(b.rows[2 - head].timestamp_known);
+                assert_int_equal(b.rows[2 - head].timestamp_ms, 1767323045678LL);
+                pg_batch_clear(&b);
+                pg_rollback(&pg, now_usec() + 5 * USEC_PER_SEC);
+                ts_pg_exec(admin, "DELETE FROM outbox WHERE topic = '%s' AND payload = 'a'", t);
+        }
+        pg.claim_floor = 0;
+        ts_pg_exec(admin, "DELETE FROM outbox WHERE topic = '%s'", t);
+}
+
 /* Defect: some error returns left err unwritten, and the caller logged an uninitialised buffer. */
 static void assert_err(const char *err, const char *what) {
         fprintf(stderr, "  err: '%s'\n", err);
@@ -820,6 +862,7 @@ int main(void) {
                 cmocka_unit_test_setup(paused_topic_backlog_not_read, connect_pg),
                 cmocka_unit_test_setup(paused_key_backlog_not_read, connect_pg),
                 cmocka_unit_test_setup(skip_locked_still_skips, connect_pg),
+                cmocka_unit_test_setup(an_infinite_created_at, connect_pg),
                 cmocka_unit_test_setup(errors_are_explained, connect_pg),
                 cmocka_unit_test_setup(a_failed_reprepare_is_tried_again, connect_pg),
                 cmocka_unit_test_setup(alone_and_shared_keep_order, connect_pg),

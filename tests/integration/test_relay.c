@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "floor.h" /* its intervals only: the test does not link the relay */
+#include "message.h" /* MESSAGE_TIME_INFINITE only */
 #include "support.h"
 
 #define WRITERS 4
@@ -483,6 +484,70 @@ static void bad_headers_dead_letter(void **state) {
         PQfinish(c);
 }
 
+/* Defect: one row whose created_at was infinity failed every claim that reached it, so the
+ * relay published nothing after it (nor the rows before it in the same claim) and retried for
+ * ever. Such a row is dead-lettered with its reason, and every other row goes out in order. */
+static void infinite_created_at_dead_letter(void **state) {
+        PGconn *c = ts_pg_connect();
+        char *topic = ts_topic("relay-inftime");
+        const char *topics[] = { topic, NULL };
+        struct ts_relay relay;
+        struct ts_msgs m;
+        PGresult *res;
+        char sql[256];
+
+        (void)state;
+        ts_pg_install_copy(c);
+        ts_pg_exec(c,
+                   "INSERT INTO outbox (topic, key, payload, created_at) VALUES"
+                   " ('%s', 'a', 'ok1', '2026-01-02 03:04:05.678+00'), ('%s', 'a', 'inf', 'infinity'),"
+                   " ('%s', 'a', 'ok2', '2026-01-02 03:04:05.679+00'), ('%s', 'b', 'ninf', '-infinity'),"
+                   " ('%s', 'b', 'ok3', '2026-01-02 03:04:05.680+00')",
+                   topic, topic, topic, topic, topic);
+        ts_relay_start(&relay, "poll_interval = \"1s\";", NULL);
+        assert_true(ts_wait_drained(c, topics, 20000));
+        assert_int_equal(ts_relay_stop(&relay, SIGTERM, 30000), 0);
+        snprintf(sql, sizeof(sql),
+                 "SELECT encode(payload, 'escape'), last_error FROM outbox"
+                 " WHERE dead_at IS NOT NULL AND topic = '%s' ORDER BY id",
+                 topic);
+        res = PQexec(c, sql);
+        assert_int_equal(PQntuples(res), 2);
+        assert_string_equal(PQgetvalue(res, 0, 0), "inf");
+        assert_string_equal(PQgetvalue(res, 0, 1), MESSAGE_TIME_INFINITE);
+        assert_string_equal(PQgetvalue(res, 1, 0), "ninf");
+        assert_string_equal(PQgetvalue(res, 1, 1), MESSAGE_TIME_INFINITE);
+        PQclear(res);
+        assert_int_equal(ts_pg_int(c,
+                                   "SELECT count(*) FROM outbox WHERE topic = '%s' AND dead_at IS NULL"
+                                   " AND published_at IS NULL",
+                                   topic),
+                         0);
+        ts_consume(topics, 3, 30000, 500, &m);
+        assert_int_equal(m.n, 3);
+        {
+                /* each message once, its time its row's created_at; key a's in id order */
+                const struct ts_msg *got[3] = { NULL, NULL, NULL };
+
+                for (size_t i = 0; i < m.n; i++) {
+                        int k;
+
+                        assert_int_equal(m.v[i].value_len, 3);
+                        assert_memory_equal(m.v[i].value, "ok", 2);
+                        k = m.v[i].value[2] - '1';
+                        assert_true(k >= 0 && k < 3 && !got[k]);
+                        got[k] = &m.v[i];
+                        assert_int_equal(m.v[i].timestamp, 1767323045678LL + k);
+                }
+                assert_int_equal(got[0]->partition, got[1]->partition);
+                assert_true(got[0]->offset < got[1]->offset);
+        }
+        ts_msgs_free(&m);
+        ts_pg_exec(c, "DELETE FROM outbox WHERE topic = '%s'", topic);
+        free(topic);
+        PQfinish(c);
+}
+
 /* The last id the relay's debug log says its claims start at (floor.c), or -1. */
 static long long logged_floor(const struct ts_relay *r) {
         static const char needle[] = "start at id ";
@@ -824,6 +889,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_teardown(edge_payloads, ts_teardown),
                 cmocka_unit_test_teardown(bad_headers_dead_letter, ts_teardown),
+                cmocka_unit_test_teardown(infinite_created_at_dead_letter, ts_teardown),
                 cmocka_unit_test_teardown(requeue_below_the_floor, ts_teardown),
                 cmocka_unit_test_teardown(late_commit_keeps_its_place, ts_teardown),
                 cmocka_unit_test_teardown(the_sequence_changes, ts_teardown),
