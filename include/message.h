@@ -46,6 +46,10 @@ const char *message_topic_invalid(const char *topic);
 /* Why a row whose created_at is infinity or -infinity is dead-lettered (its last_error): a Kafka
  * message's timestamp is milliseconds since the epoch, and no number stands for either. */
 #define MESSAGE_TIME_INFINITE "created_at is infinite: a Kafka message needs a finite timestamp"
+
+/* Why a claimed row can never become a message, or NULL: its headers' error (headers.h) first,
+ * then an infinite created_at (the claim gives no time for it: timestamp_known false). */
+const char *message_row_invalid(const char *headers_error, bool timestamp_known);
 const char *outcome_to_string(enum outcome o);
 
 /* relay.source's rule: 1..MESSAGE_SOURCE_MAX bytes of well-formed UTF-8 without control

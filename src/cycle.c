@@ -459,9 +459,7 @@ int cycle_claimed(struct relay *r, struct cycle *c) {
                         .key = row->key,
                         .attempts = row->attempts,
                         /* c->headers[i] owns its error; the other is a literal. */
-                        .map_error = c->headers[i].error ? c->headers[i].error
-                                : row->timestamp_known   ? NULL
-                                                         : MESSAGE_TIME_INFINITE,
+                        .map_error = message_row_invalid(c->headers[i].error, row->timestamp_known),
                 };
         }
         c->highest = c->claimed.rows[c->claimed.n - 1].id;

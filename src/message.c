@@ -102,6 +102,12 @@ const char *message_topic_invalid(const char *topic) {
         return NULL;
 }
 
+const char *message_row_invalid(const char *headers_error, bool timestamp_known) {
+        if (headers_error)
+                return headers_error;
+        return timestamp_known ? NULL : MESSAGE_TIME_INFINITE;
+}
+
 const char *outcome_to_string(enum outcome o) {
         switch (o) {
         case OUTCOME_OK:

@@ -106,6 +106,32 @@ static void test_topic_names(void **state) {
         assert_non_null(message_topic_invalid("caf\xc3\xa9"));
 }
 
+/* Why a claimed row cannot become a message: its headers' error first, then an infinite time. */
+static void test_row_invalid(void **state) {
+        static const struct {
+                const char *headers_error;
+                bool timestamp_known;
+                const char *want;
+        } cases[] = {
+                { NULL, true, NULL },
+                { NULL, false, MESSAGE_TIME_INFINITE },
+                { "headers must be a JSON object (got array)", true,
+                  "headers must be a JSON object (got array)" },
+                { "headers must be a JSON object (got array)", false,
+                  "headers must be a JSON object (got array)" },
+        };
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                const char *got = message_row_invalid(cases[i].headers_error, cases[i].timestamp_known);
+
+                if (!cases[i].want)
+                        assert_null(got);
+                else
+                        assert_string_equal(got, cases[i].want);
+        }
+}
+
 /* Which errors fail neighbours too, and which concern a whole topic. */
 static void test_error_scope(void **state) {
         (void)state;
@@ -356,6 +382,7 @@ static void test_headers_malformed_zero_length(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_classify_ok),
+                cmocka_unit_test(test_row_invalid),
                 cmocka_unit_test(test_classify_permanent),
                 cmocka_unit_test(test_classify_config),
                 cmocka_unit_test(test_classify_fatal),
